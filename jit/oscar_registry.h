@@ -1,0 +1,135 @@
+/* jit/oscar_registry.h -- part of the oscar.h implementation.
+   The list of every kernel instantiation the dispatcher can produce, built
+   once from each family's template parameter space. Tests compile all of them
+   for sm_80, sm_89 and sm_90 (oscar_jit_check_program); oscar_jit_prepare and
+   the dispatchers look them up by name expression. */
+#ifndef OSCAR_REGISTRY_H_INCLUDED
+#define OSCAR_REGISTRY_H_INCLUDED
+
+/* Page sizes with a specialised instantiation; any other page size runs the
+   PAGE_SIZE = 0 instantiation, which reads the page size at run time. */
+static const int oscar__page_sizes[] = {1, 8, 16, 32, 64, 0};
+#define OSCAR__NUM_PAGE_SIZES 6
+static const int oscar__head_dims[] = {64, 128, 256};
+static const int oscar__group_sizes[] = {32, 64, 128, 256};
+
+OSCAR__PRIVATE int oscar__page_template(int32_t page_size) {
+    int i;
+    for (i = 0; i < OSCAR__NUM_PAGE_SIZES - 1; i++)
+        if (oscar__page_sizes[i] == page_size) return page_size;
+    return 0;
+}
+
+typedef struct oscar__instantiation {
+    const char *program;
+    char name[192];
+} oscar__instantiation;
+
+#define OSCAR__MAX_INSTANTIATIONS 4096
+static oscar__instantiation oscar__instances[OSCAR__MAX_INSTANTIATIONS];
+static int oscar__num_instances;
+static pthread_once_t oscar__registry_once = PTHREAD_ONCE_INIT;
+
+OSCAR__PRIVATE void oscar__registry_add(const char *program, const char *fmt, ...) OSCAR__PRINTF(2, 3);
+OSCAR__PRIVATE void oscar__registry_add(const char *program, const char *fmt, ...) {
+    va_list ap;
+    oscar__instantiation *in;
+    if (oscar__num_instances >= OSCAR__MAX_INSTANTIATIONS) return;
+    in = &oscar__instances[oscar__num_instances++];
+    in->program = program;
+    va_start(ap, fmt);
+    vsnprintf(in->name, sizeof in->name, fmt, ap);
+    va_end(ap);
+}
+
+/* Name expressions, one function per family so dispatch and registry agree. */
+OSCAR__PRIVATE void oscar__name_dequant(char *out, size_t cap, int head_dim, int group_size, int page_size) {
+    snprintf(out, cap, "oscar::dequant_kernel<%d, %d, %d>", head_dim, group_size, oscar__page_template(page_size));
+}
+
+OSCAR__PRIVATE void oscar__registry_build(void) {
+    int d, g, ps;
+    char name[192];
+    for (d = 0; d < 3; d++)
+        for (g = 0; g < 4; g++) {
+            int hd = oscar__head_dims[d], gs = oscar__group_sizes[g];
+            if (gs > hd) continue;
+            for (ps = 0; ps < OSCAR__NUM_PAGE_SIZES; ps++) {
+                oscar__name_dequant(name, sizeof name, hd, gs, oscar__page_sizes[ps]);
+                oscar__registry_add("dequant.cuh", "%s", name);
+            }
+        }
+}
+
+OSCAR__PRIVATE void oscar__registry_init(void) { pthread_once(&oscar__registry_once, oscar__registry_build); }
+
+OSCAR_API int32_t oscar_jit_instantiation_count(void) {
+    oscar__registry_init();
+    return oscar__num_instances;
+}
+
+OSCAR_API oscar_status oscar_jit_instantiation(int32_t index, const char **out_program,
+                                               const char **out_name_expression) {
+    oscar__registry_init();
+    if (index < 0 || index >= oscar__num_instances || !out_program || !out_name_expression)
+        return oscar__fail(NULL, OSCAR_STATUS_INVALID_ARGUMENT,
+                           "oscar_jit_instantiation: index = %d; expected 0 <= index < %d and non-NULL outputs",
+                           OSCAR__CAST(int, index), oscar__num_instances);
+    *out_program = oscar__instances[index].program;
+    *out_name_expression = oscar__instances[index].name;
+    return OSCAR_OK;
+}
+
+OSCAR__PRIVATE oscar_status oscar__require_jit(const oscar_ctx *ctx, const char *func) {
+    if (!ctx) return oscar__fail(NULL, OSCAR_STATUS_INVALID_ARGUMENT, "%s: ctx = NULL", func);
+    if (ctx->backend == OSCAR_BACKEND_CPU)
+        return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED, "%s: the CPU backend has no JIT", func);
+    return OSCAR_OK;
+}
+
+OSCAR_API oscar_status oscar_jit_prepare(oscar_ctx *ctx, int32_t index) {
+    oscar__kernel *k;
+    oscar_status st = oscar__require_jit(ctx, "oscar_jit_prepare");
+    if (st != OSCAR_OK) return st;
+    oscar__registry_init();
+    if (index < 0 || index >= oscar__num_instances)
+        return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_jit_prepare: index = %d; expected 0 <= index < %d",
+                           OSCAR__CAST(int, index), oscar__num_instances);
+    return oscar__jit_get(ctx, oscar__instances[index].program, oscar__instances[index].name, &k);
+}
+
+OSCAR_API oscar_status oscar_jit_check_program(oscar_ctx *ctx, const char *program, int32_t *out_num_checked) {
+    const char **names;
+    char **lowered, *cubin = NULL;
+    size_t size = 0;
+    int i, n = 0;
+    oscar_status st = oscar__require_jit(ctx, "oscar_jit_check_program");
+    if (st != OSCAR_OK) return st;
+    if (!program) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_jit_check_program: program = NULL");
+    oscar__registry_init();
+    names = OSCAR__CAST(const char **, oscar__calloc(ctx, sizeof(char *) * OSCAR__CAST(size_t, oscar__num_instances)));
+    lowered = OSCAR__CAST(char **, oscar__calloc(ctx, sizeof(char *) * OSCAR__CAST(size_t, oscar__num_instances)));
+    if (!names || !lowered) {
+        oscar__free(ctx, OSCAR__CAST(void *, names));
+        oscar__free(ctx, lowered);
+        return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_jit_check_program: out of memory");
+    }
+    for (i = 0; i < oscar__num_instances; i++)
+        if (strcmp(oscar__instances[i].program, program) == 0) names[n++] = oscar__instances[i].name;
+    if (n == 0) {
+        st = oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT,
+                         "oscar_jit_check_program: program = \"%s\"; no instantiation uses it", program);
+    } else {
+        pthread_mutex_lock(&ctx->lock);
+        st = oscar__nvrtc_compile(ctx, program, names, n, &cubin, &size, lowered);
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    for (i = 0; i < n; i++) oscar__free(ctx, lowered[i]);
+    oscar__free(ctx, cubin);
+    oscar__free(ctx, OSCAR__CAST(void *, names));
+    oscar__free(ctx, lowered);
+    if (out_num_checked) *out_num_checked = n;
+    return st;
+}
+
+#endif /* OSCAR_REGISTRY_H_INCLUDED */

@@ -1,0 +1,437 @@
+/* oscar.h -- OSCAR 2-bit KV-cache kernels for LLM engines, v0.1.0
+
+    A header-only CUDA C kernel collection with a JIT dispatch layer: INT2
+    quantize/pack into engine-owned paged pools, dequantize, and (in later
+    sections) decode attention over INT2 history plus BF16 windows, merge of
+    partial attention states and calibration of the OSCAR rotations.
+    The algorithm and the data formats are those of OSCAR (arXiv 2605.17757),
+    described in docs/ and in the OSCAR reference implementation.
+
+    Do this:
+        #define OSCAR_IMPLEMENTATION
+        #include "oscar.h"
+    in *one* C or C++ file, before any other #include of that file (the
+    implementation needs POSIX declarations and defines _GNU_SOURCE), or build
+    that file with -D_GNU_SOURCE. Every other file includes oscar.h plainly.
+    Link with -ldl (and -lpthread on old glibc). Nothing else: libcuda and
+    libnvrtc are opened at run time, and the CUDA headers are not needed.
+
+    CONFIGURATION MACROS (define before including)
+        OSCAR_IMPLEMENTATION    compile the implementation into this file
+        OSCAR_STATIC            make every function static (default: extern)
+        OSCAR_API               override the linkage of public functions
+        OSCAR_ASSERT(c)         internal invariants only (default: assert(c))
+        OSCAR_MALLOC(n) / OSCAR_FREE(p)
+                                host allocator, both or neither (default:
+                                malloc/free); oscar_desc.allocator wins at run time
+        OSCAR_NO_MESSAGES       keep status codes, drop the message sentences
+
+    ENVIRONMENT
+        OSCAR_CUDA_PATH         libcuda to load (before libcuda.so.1, libcuda.so)
+        OSCAR_NVRTC_PATH        libnvrtc to load (before libnvrtc.so, libnvrtc.so.13,
+                                libnvrtc.so.12, $CUDA_HOME/lib64, /usr/local/cuda/lib64)
+        OSCAR_CACHE_DIR         JIT disk cache folder (default $XDG_CACHE_HOME/oscar/<version>,
+                                else ~/.cache/oscar/<version>)
+        OSCAR_JIT_DISABLE=1     a JIT cache miss is an error (same as
+                                OSCAR_JIT_CACHE_CACHED_ONLY), for production start-up checks
+        OSCAR_JIT_NO_DISK=1     keep compiled kernels in memory only
+        OSCAR_JIT_VERBOSE=1     log every compile and disk hit to the logger
+
+    oscar DOES NOT
+        - allocate the KV pools: the engine owns them and describes them;
+        - own streams: every launch takes the engine's stream;
+        - keep global state: everything hangs off an oscar_ctx;
+        - abort, exit or print: every call returns an oscar_status, and
+          oscar_last_error() gives a sentence naming the field, the value and
+          the rule that failed.
+
+    STEP BY STEP
+        1. oscar_setup(&desc, &ctx): on a device (its compute capability picks
+           sm_XY), compile-only for a named arch (desc.compile_only_sm = 90, no
+           driver needed), or the CPU backend (desc.backend = OSCAR_BACKEND_CPU).
+        2. Describe the INT2 pool the engine allocated: oscar_int2_pool_desc.
+        3. Call the kernels (oscar_dequantize_kv, ...), each with a stream.
+        4. oscar_shutdown(ctx).
+
+    PAGED-POOL DESCRIPTORS
+        An INT2 pool holds, per (slot, kv head), head_dim/4 bytes of packed
+        2-bit codes and head_dim/group_size (scale, offset) pairs. A slot is
+        page * page_size + offset_in_page. Addresses are computed from byte
+        strides (page, token-in-page, head), so NHD, HND and any padding work;
+        zero strides mean the contiguous layout named by .layout.
+        Packing ("quartered", as the OSCAR reference): byte j of a row holds
+        the codes of dims j, j+D/4, j+D/2, j+3D/4 in bits 1:0, 3:2, 5:4, 7:6.
+
+    JIT CACHE
+        Kernels are CUDA C++ sources embedded in oscar_kernels/oscar_kernels.inc,
+        instantiated through NVRTC name expressions (template arguments: head
+        dim, group size, page size, tile shape) and compiled for the device's
+        sm_XY. Compiled cubins are kept per context in memory and on disk; the
+        key covers the source digests, the name expression, the options, the
+        target arch, the NVRTC version and the oscar version. Disk writes are
+        atomic (temporary file + rename) and entries carry a SHA-256 checksum:
+        a torn or corrupted entry is recompiled, never loaded.
+        oscar_query_jit_stats() reports hits, misses and cold/warm times.
+
+    ERRORS AND LOGGING
+        Every fallible call returns oscar_status (OSCAR_OK == 0). The sentence
+        of the calling thread's last failure is oscar_last_error(ctx) (also for
+        a failed oscar_setup, with ctx == NULL). A failed NVRTC compile keeps
+        the whole log, readable with oscar_jit_log(ctx). A failed call leaves
+        the engine's pools untouched: validation runs before any launch.
+        An optional logger callback (oscar_desc.logger) receives the same text.
+
+    THREADING
+        A context may be used from several threads at once: its JIT tables are
+        guarded by a mutex, error sentences are per thread. One context per
+        device; several contexts share the disk cache safely.
+
+    MEMORY OWNERSHIP
+        Pointers in descriptors are borrowed for the duration of the call
+        (device pointers: until the work on the stream has finished).
+
+    REVISION HISTORY
+        0.1.0  foundation: setup, JIT with memory and disk cache, dequantize.
+
+    LICENSE: MIT, see the end of this file.
+*/
+#if defined(OSCAR_IMPLEMENTATION) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
+#ifndef OSCAR_H_INCLUDED
+#define OSCAR_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OSCAR_VERSION_MAJOR 0
+#define OSCAR_VERSION_MINOR 1
+#define OSCAR_VERSION_PATCH 0
+#define OSCAR_VERSION_STRING "0.1.0"
+
+#if !defined(OSCAR_API)
+#if defined(OSCAR_STATIC)
+#define OSCAR_API static
+#else
+#define OSCAR_API extern
+#endif
+#endif
+
+#ifdef __cplusplus
+#define OSCAR__STRUCT(T, name) T name = {}
+extern "C" {
+#else
+#define OSCAR__STRUCT(T, name) T name = {0}
+#endif
+
+/* A CUDA stream; the same type as CUstream and cudaStream_t. NULL is the
+   legacy default stream. Ignored by the CPU backend. */
+struct CUstream_st;
+typedef struct CUstream_st *oscar_stream;
+
+/* oscar_status: the result of every fallible call. */
+#define OSCAR__STATUS_LIST(X)                                                                                  \
+    X(OSCAR_OK, "ok")                                                                                          \
+    X(OSCAR_STATUS_INVALID_ARGUMENT, "invalid argument")                                                       \
+    X(OSCAR_STATUS_INVALID_DESC, "descriptor not zero-initialised (canary set)")                               \
+    X(OSCAR_STATUS_UNSUPPORTED, "unsupported configuration")                                                   \
+    X(OSCAR_STATUS_NO_DRIVER, "CUDA driver not available")                                                     \
+    X(OSCAR_STATUS_NO_DEVICE, "no CUDA device")                                                                \
+    X(OSCAR_STATUS_NO_NVRTC, "NVRTC not available")                                                            \
+    X(OSCAR_STATUS_CUDA_ERROR, "CUDA driver call failed")                                                      \
+    X(OSCAR_STATUS_JIT_COMPILE_FAILED, "NVRTC compilation failed")                                             \
+    X(OSCAR_STATUS_JIT_CACHE_MISS, "kernel not in the JIT cache and compilation is disabled")                  \
+    X(OSCAR_STATUS_NEEDS_DEVICE, "operation needs a device; the context is compile-only")                      \
+    X(OSCAR_STATUS_IO_ERROR, "file input/output failed")                                                       \
+    X(OSCAR_STATUS_FORMAT_ERROR, "malformed file")                                                             \
+    X(OSCAR_STATUS_OUT_OF_MEMORY, "out of host memory")                                                        \
+    X(OSCAR_STATUS_INTERNAL, "internal error")
+
+typedef enum oscar_status {
+#define OSCAR__X(id, text) id,
+    OSCAR__STATUS_LIST(OSCAR__X)
+#undef OSCAR__X
+    OSCAR__STATUS_COUNT,
+    OSCAR__STATUS_FORCE_U32 = 0x7FFFFFFF
+} oscar_status;
+
+typedef enum oscar_backend {
+    OSCAR_BACKEND_DEFAULT = 0, /* = OSCAR_BACKEND_CUDA */
+    OSCAR_BACKEND_CUDA,        /* kernels JIT-compiled with NVRTC, run on a device */
+    OSCAR_BACKEND_CPU,         /* the C reference of every kernel on host memory */
+    OSCAR__BACKEND_COUNT,
+    OSCAR__BACKEND_FORCE_U32 = 0x7FFFFFFF
+} oscar_backend;
+
+typedef enum oscar_dtype {
+    OSCAR_DTYPE_DEFAULT = 0,
+    OSCAR_DTYPE_BF16,
+    OSCAR_DTYPE_F16,
+    OSCAR_DTYPE_F32,
+    OSCAR_DTYPE_I32,
+    OSCAR_DTYPE_I64,
+    OSCAR__DTYPE_COUNT,
+    OSCAR__DTYPE_FORCE_U32 = 0x7FFFFFFF
+} oscar_dtype;
+
+typedef enum oscar_jit_cache_mode {
+    OSCAR_JIT_CACHE_DEFAULT = 0, /* memory + disk; compile on a miss */
+    OSCAR_JIT_CACHE_MEMORY_ONLY, /* never touch the disk */
+    OSCAR_JIT_CACHE_CACHED_ONLY, /* memory + disk; a miss is OSCAR_STATUS_JIT_CACHE_MISS */
+    OSCAR__JIT_CACHE_COUNT,
+    OSCAR__JIT_CACHE_FORCE_U32 = 0x7FFFFFFF
+} oscar_jit_cache_mode;
+
+/* Logger, sokol's signature. level: 0 panic, 1 error, 2 warning, 3 info.
+   item_id is the oscar_status of an error (0 for information). Must be
+   reentrant: it can be called from several threads. */
+typedef struct oscar_logger {
+    void (*func)(const char *tag, uint32_t level, uint32_t item_id, const char *message_or_null, uint32_t line,
+                 const char *filename_or_null, void *user_data);
+    void *user_data;
+} oscar_logger;
+
+/* Host allocator: both functions or neither. */
+typedef struct oscar_allocator {
+    void *(*alloc_fn)(size_t size, void *user_data);
+    void (*free_fn)(void *ptr, void *user_data);
+    void *user_data;
+} oscar_allocator;
+
+/* oscar_desc: how to set up a context. Zero means default:
+       backend              OSCAR_BACKEND_CUDA
+       device_ordinal       0
+       compile_only_sm      0: use the device; e.g. 90: no device, compile for sm_90 only
+       cuda_library_path    $OSCAR_CUDA_PATH, then "libcuda.so.1", "libcuda.so"
+       nvrtc_library_path   $OSCAR_NVRTC_PATH, then the NVRTC sonames (see top of file)
+       cache_dir            $OSCAR_CACHE_DIR, $XDG_CACHE_HOME/oscar/<version>, ~/.cache/oscar/<version>
+       cache_mode           OSCAR_JIT_CACHE_DEFAULT (env OSCAR_JIT_DISABLE=1 forces CACHED_ONLY)
+   Strings are copied; nothing is borrowed past oscar_setup. */
+typedef struct oscar_desc {
+    uint32_t _start_canary;
+    oscar_backend backend;
+    int32_t device_ordinal;
+    int32_t compile_only_sm;
+    const char *cuda_library_path;
+    const char *nvrtc_library_path;
+    const char *cache_dir;
+    oscar_jit_cache_mode cache_mode;
+    oscar_logger logger;
+    oscar_allocator allocator;
+    uint32_t _end_canary;
+} oscar_desc;
+
+typedef struct oscar_ctx oscar_ctx;
+
+/* What a context is running on, after defaults were filled in. */
+typedef struct oscar_ctx_info {
+    oscar_backend backend;
+    int32_t device_ordinal;     /* -1 when compile-only or CPU */
+    int32_t sm;                 /* target arch, e.g. 90 for sm_90; 0 for CPU */
+    int32_t num_sms;            /* multiprocessors of the device; 0 without one */
+    int32_t compile_only;       /* 1: no device, kernels are compiled but never run */
+    int32_t nvrtc_version;      /* major*1000 + minor*10, 0 if not loaded */
+    int32_t driver_version;     /* as cuDriverGetVersion, 0 if not loaded */
+    char device_name[128];
+    char cache_dir[1024];       /* empty when the disk cache is off */
+} oscar_ctx_info;
+
+OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx);
+OSCAR_API void oscar_shutdown(oscar_ctx *ctx);
+OSCAR_API oscar_status oscar_query_ctx_info(const oscar_ctx *ctx, oscar_ctx_info *out_info);
+/* The calling thread's last error sentence for this ctx (ctx may be NULL: the
+   last failure of oscar_setup or of a call given a NULL ctx). "" if none. */
+OSCAR_API const char *oscar_last_error(const oscar_ctx *ctx);
+OSCAR_API const char *oscar_status_string(oscar_status status);
+/* The full NVRTC log of the last failed compile on this ctx ("" if none). The
+   pointer stays valid until the next failing compile or oscar_shutdown. */
+OSCAR_API const char *oscar_jit_log(const oscar_ctx *ctx);
+/* The stderr logger: clickable "file:line:0: [oscar][error] message" lines. */
+OSCAR_API void oscar_log_stderr(const char *tag, uint32_t level, uint32_t item_id, const char *message_or_null,
+                                uint32_t line, const char *filename_or_null, void *user_data);
+
+/* ------------------------------------------------------------------------ */
+/* JIT statistics and timing                                                 */
+
+typedef struct oscar_jit_stats {
+    int64_t memory_hits;   /* lookups served by the context's table */
+    int64_t disk_hits;     /* cubins loaded from the disk cache */
+    int64_t compiles;      /* NVRTC compilations */
+    int64_t disk_rejects;  /* corrupted or torn disk entries found (then recompiled) */
+    double compile_ms;     /* total NVRTC time */
+    double disk_load_ms;   /* total time of disk hits (read + checksum) */
+} oscar_jit_stats;
+
+/* One compiled kernel of this context and how it got there. */
+typedef struct oscar_jit_kernel_info {
+    char program[64];          /* the .cuh file, e.g. "dequant.cuh" */
+    char name_expression[192]; /* e.g. "oscar::dequant_kernel<128,128,16>" */
+    int32_t origin;            /* 1 compiled, 2 disk hit */
+    double ms;                 /* NVRTC time (origin 1) or disk load time (origin 2) */
+    double module_load_ms;     /* cuModuleLoadData (0 when compile-only) */
+} oscar_jit_kernel_info;
+
+OSCAR_API oscar_status oscar_query_jit_stats(const oscar_ctx *ctx, oscar_jit_stats *out);
+/* Copies up to cap records; *out_count is the number available. */
+OSCAR_API oscar_status oscar_query_jit_kernels(const oscar_ctx *ctx, oscar_jit_kernel_info *out, int32_t cap,
+                                               int32_t *out_count);
+
+/* Every kernel instantiation the dispatcher can produce, as (program, name
+   expression) pairs; index runs over [0, oscar_jit_instantiation_count()). */
+OSCAR_API int32_t oscar_jit_instantiation_count(void);
+OSCAR_API oscar_status oscar_jit_instantiation(int32_t index, const char **out_program,
+                                               const char **out_name_expression);
+/* Compiles (or loads from the caches) one instantiation by index. In a
+   compile-only context this is all that can be done with a kernel. */
+OSCAR_API oscar_status oscar_jit_prepare(oscar_ctx *ctx, int32_t index);
+/* Compiles every instantiation of one program in one NVRTC call (each name
+   expression added to the same program) without caching: a check that the
+   whole family builds for the context's arch; *out_num_checked is how many
+   name expressions it held. */
+OSCAR_API oscar_status oscar_jit_check_program(oscar_ctx *ctx, const char *program, int32_t *out_num_checked);
+
+/* ------------------------------------------------------------------------ */
+/* INT2 pool                                                                 */
+
+typedef enum oscar_scale_layout {
+    OSCAR_SCALE_LAYOUT_DEFAULT = 0,    /* = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN */
+    OSCAR_SCALE_LAYOUT_F16_SCALE_MIN,  /* per group [f16 scale, f16 min]: x = min + code*scale; 2.25 bits at G=1, D=128 */
+    OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, /* the reference's [f32 scale, f32 zero]: x = (code - zero)*scale; 2.5 bits */
+    OSCAR__SCALE_LAYOUT_COUNT,
+    OSCAR__SCALE_LAYOUT_FORCE_U32 = 0x7FFFFFFF
+} oscar_scale_layout;
+
+typedef enum oscar_kv_layout {
+    OSCAR_KV_LAYOUT_DEFAULT = 0, /* = NHD */
+    OSCAR_KV_LAYOUT_NHD,         /* [page][token in page][head][row] */
+    OSCAR_KV_LAYOUT_HND,         /* [page][head][token in page][row] */
+    OSCAR__KV_LAYOUT_COUNT,
+    OSCAR__KV_LAYOUT_FORCE_U32 = 0x7FFFFFFF
+} oscar_kv_layout;
+
+/* oscar_int2_pool_desc: one layer's INT2 K and V pool, allocated by the engine.
+   Row = one (slot, kv head): head_dim/4 bytes of codes, and
+   head_dim/group_size (scale, offset) pairs of the scale layout's element type.
+   K and V have the same geometry (same strides, relative to their own bases).
+       head_dim                 *must* be set: 64, 128 or 256
+       num_kv_heads             *must* be set
+       num_pages                *must* be set (validates page ids)
+       page_size                1 (tokens per page)
+       group_size               head_dim; 32, 64, 128 or 256 dividing head_dim
+       scale_layout             OSCAR_SCALE_LAYOUT_F16_SCALE_MIN
+       layout                   NHD (only used to fill zero strides)
+       k_codes, v_codes         *must* be set: device pointers (host for the CPU backend), 16-byte aligned
+       k_scales, v_scales       *must* be set, 4-byte aligned
+       codes_*_stride_bytes     contiguous in .layout: token stride H*D/4 (NHD), head stride D/4 ...
+       scales_*_stride_bytes    likewise with the scale row size 2*G*sizeof(element)
+   All strides are in bytes and must keep rows 16-byte (codes) / 4-byte
+   (scales) aligned. */
+typedef struct oscar_int2_pool_desc {
+    uint32_t _start_canary;
+    int32_t head_dim;
+    int32_t num_kv_heads;
+    int32_t num_pages;
+    int32_t page_size;
+    int32_t group_size;
+    oscar_scale_layout scale_layout;
+    oscar_kv_layout layout;
+    void *k_codes;
+    void *v_codes;
+    void *k_scales;
+    void *v_scales;
+    int64_t codes_page_stride_bytes;
+    int64_t codes_token_stride_bytes;
+    int64_t codes_head_stride_bytes;
+    int64_t scales_page_stride_bytes;
+    int64_t scales_token_stride_bytes;
+    int64_t scales_head_stride_bytes;
+    uint32_t _end_canary;
+} oscar_int2_pool_desc;
+
+/* The pool descriptor with every default filled in, as the kernels see it. */
+OSCAR_API oscar_status oscar_query_int2_pool_defaults(oscar_ctx *ctx, const oscar_int2_pool_desc *desc,
+                                                      oscar_int2_pool_desc *out);
+/* Bytes the engine must allocate for each of the four arrays of a pool with
+   contiguous default strides (num_pages * page_size * num_kv_heads rows). */
+OSCAR_API oscar_status oscar_int2_pool_bytes(oscar_ctx *ctx, const oscar_int2_pool_desc *desc, size_t *out_code_bytes,
+                                             size_t *out_scale_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Dequantize: INT2 rows back to dense BF16/F16 (debugging, fallback paths)   */
+
+/* oscar_dequant_desc: which slots to expand and where to.
+       slots             *must* be set: device array of num_tokens slot ids
+       slot_dtype        OSCAR_DTYPE_I32 (or I64)
+       num_tokens        0 is a no-op
+       k_out, v_out      device [num_tokens][num_kv_heads][head_dim], either may be NULL
+       out_dtype         OSCAR_DTYPE_BF16 (or F16)
+       out_token_stride  num_kv_heads*head_dim (elements)
+       out_head_stride   head_dim (elements)
+   The values are in the pool's (rotated) space: x = min + code*scale computed
+   in float32 and rounded to out_dtype. */
+typedef struct oscar_dequant_desc {
+    uint32_t _start_canary;
+    const void *slots;
+    oscar_dtype slot_dtype;
+    int64_t num_tokens;
+    void *k_out;
+    void *v_out;
+    oscar_dtype out_dtype;
+    int64_t out_token_stride;
+    int64_t out_head_stride;
+    uint32_t _end_canary;
+} oscar_dequant_desc;
+
+OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool_desc *pool,
+                                           const oscar_dequant_desc *desc, oscar_stream stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+#endif /* OSCAR_H_INCLUDED */
+
+/* ======================================================================== */
+/* IMPLEMENTATION                                                            */
+/* ======================================================================== */
+#if defined(OSCAR_IMPLEMENTATION) && !defined(OSCAR_IMPLEMENTATION_INCLUDED)
+#define OSCAR_IMPLEMENTATION_INCLUDED
+/* the parameter structs shared with the kernels */
+#include "oscar_kernels/oscar_params.h"
+/* >>core: errors, allocation, hashing, the context struct */
+#include "src/oscar_core.h"
+/* >>jit: libcuda/libnvrtc at run time, compile, memory + disk cache, launch */
+#include "oscar_kernels/oscar_kernels.inc"
+#include "jit/oscar_jit.h"
+#include "jit/oscar_registry.h"
+/* >>cpu: the C reference of every kernel (the CPU backend and the tests' oracle) */
+#include "cpu/oscar_cpu.h"
+/* >>validation and dispatch, one file per operation */
+#include "src/oscar_setup.h"
+#include "src/oscar_pool.h"
+#include "src/oscar_dequant.h"
+#endif /* OSCAR_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the oscar.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+*/

@@ -1,0 +1,111 @@
+/* oscar_kernels/common.cuh -- device helpers shared by every kernel family.
+   Self-contained for NVRTC: no toolkit headers. bf16/f16 are handled as bit
+   patterns (u16) and converted with integer arithmetic or PTX cvt, so the
+   kernels compile with no include path at all.
+
+   Rounding contract shared with the CPU reference (cpu/oscar_cpu.h):
+     f32 -> bf16  round to nearest even on the bit pattern (NaN -> 0x7FC0)
+     f32 -> f16   PTX cvt.rn.f16.f32 (round to nearest even)
+     arithmetic that must match the CPU bit for bit uses explicit __f*_rn
+     intrinsics, so no FMA contraction can change it. */
+#ifndef OSCAR_K_COMMON_CUH
+#define OSCAR_K_COMMON_CUH
+
+#include "oscar_params.h"
+
+namespace oscar {
+namespace detail {
+
+typedef oscar_i64 i64;
+typedef oscar_u64 u64;
+typedef oscar_i32 i32;
+typedef oscar_u32 u32;
+typedef oscar_u16 u16;
+typedef oscar_u8 u8;
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(static_cast<u32>(h) << 16); }
+
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<u16>(u >> 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+/* Input element (bf16 or f16 bit pattern) to f32. */
+template <int DTYPE>
+__device__ __forceinline__ float to_f32(u16 h) {
+    return DTYPE == OSCAR_K_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+__device__ __forceinline__ u16 from_f32(float f, int dtype) {
+    return dtype == OSCAR_K_DTYPE_F16 ? f32_to_f16(f) : f32_to_bf16(f);
+}
+
+__device__ __forceinline__ i64 load_slot(u64 slots, i64 i, int dtype) {
+    return dtype == OSCAR_K_DTYPE_I64 ? reinterpret_cast<const i64 *>(slots)[i]
+                                      : static_cast<i64>(reinterpret_cast<const i32 *>(slots)[i]);
+}
+
+/* Byte offset of a row (slot, head) in a paged array. PAGE_SIZE 0 means the
+   runtime page size; a power of two at compile time turns the divide into a
+   shift. */
+template <int PAGE_SIZE>
+__device__ __forceinline__ i64 row_offset(i64 slot, int head, i64 page_stride, i64 token_stride, i64 head_stride,
+                                          int runtime_page_size) {
+    i64 page, off;
+    if constexpr (PAGE_SIZE == 1) {
+        page = slot;
+        off = 0;
+    } else if constexpr (PAGE_SIZE > 0) {
+        page = slot / PAGE_SIZE;
+        off = slot - page * PAGE_SIZE;
+    } else {
+        page = slot / runtime_page_size;
+        off = slot - page * runtime_page_size;
+    }
+    return page * page_stride + off * token_stride + static_cast<i64>(head) * head_stride;
+}
+
+/* Scale/offset pair of group g of a row: the value is x = lo + code * scale. */
+struct group_affine {
+    float scale;
+    float offset;  // F16_SCALE_MIN: the min; F32_SCALE_ZERO: the zero point
+};
+
+__device__ __forceinline__ group_affine load_group_affine(const u8 *scale_row, int g, int layout) {
+    group_affine a;
+    if (layout == OSCAR_K_SCALE_F32_SCALE_ZERO) {
+        const float *s = reinterpret_cast<const float *>(scale_row) + 2 * g;
+        a.scale = s[0];
+        a.offset = s[1];
+    } else {
+        u32 w = reinterpret_cast<const u32 *>(scale_row)[g];
+        a.scale = f16_to_f32(static_cast<u16>(w & 0xffffu));
+        a.offset = f16_to_f32(static_cast<u16>(w >> 16));
+    }
+    return a;
+}
+
+/* Dequantized value of one code, bit-identical to cpu/oscar_cpu.h. */
+__device__ __forceinline__ float dequant_value(u32 code, group_affine a, int layout) {
+    float c = static_cast<float>(code);
+    if (layout == OSCAR_K_SCALE_F32_SCALE_ZERO) return __fmul_rn(__fsub_rn(c, a.offset), a.scale);
+    return __fmaf_rn(c, a.scale, a.offset);
+}
+
+}  // namespace detail
+}  // namespace oscar
+
+#endif  // OSCAR_K_COMMON_CUH
