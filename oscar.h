@@ -386,6 +386,10 @@ typedef struct oscar_dequant_desc {
 OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool_desc *pool,
                                            const oscar_dequant_desc *desc, oscar_stream stream);
 
+/* ------------------------------------------------------------------------ */
+/* Calibration and rotation files                                            */
+#include "calib/oscar_calib_api.h"
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -410,6 +414,8 @@ OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool
 #include "src/oscar_setup.h"
 #include "src/oscar_pool.h"
 #include "src/oscar_dequant.h"
+/* >>calib: covariance accumulation, rotation fitting, rotation files */
+#include "calib/oscar_calib.h"
 #endif /* OSCAR_IMPLEMENTATION */
 
 /*

@@ -59,6 +59,7 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                 oscar__registry_add("dequant.cuh", "%s", name);
             }
         }
+    oscar__registry_build_calib();
 }
 
 OSCAR__PRIVATE void oscar__registry_init(void) { pthread_once(&oscar__registry_once, oscar__registry_build); }

@@ -1,0 +1,1 @@
+# calibration tests (owned by the calibration work)
