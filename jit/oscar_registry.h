@@ -47,6 +47,9 @@ OSCAR__PRIVATE void oscar__name_dequant(char *out, size_t cap, int head_dim, int
     snprintf(out, cap, "oscar::dequant_kernel<%d, %d, %d>", head_dim, group_size, oscar__page_template(page_size));
 }
 
+/* Families registered by other parts of the implementation (defined later). */
+OSCAR__PRIVATE void oscar__registry_build_calib(void);
+
 OSCAR__PRIVATE void oscar__registry_build(void) {
     int d, g, ps;
     char name[192];
