@@ -74,6 +74,7 @@ OSCAR__PRIVATE oscar_status oscar__load_cuda(oscar_ctx *ctx) {
     OSCAR__SYM(cu, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1);
     OSCAR__SYM(cu, cuCtxPushCurrent, "cuCtxPushCurrent_v2", 1);
     OSCAR__SYM(cu, cuCtxPopCurrent, "cuCtxPopCurrent_v2", 1);
+    OSCAR__SYM(cu, cuCtxGetCurrent, "cuCtxGetCurrent", 1);
     OSCAR__SYM(cu, cuCtxSynchronize, "cuCtxSynchronize", 1);
     OSCAR__SYM(cu, cuModuleLoadData, "cuModuleLoadData", 1);
     OSCAR__SYM(cu, cuModuleUnload, "cuModuleUnload", 1);
@@ -164,7 +165,14 @@ OSCAR__PRIVATE oscar_status oscar__cu_fail(const oscar_ctx *ctx, oscar__CUresult
     } while (0)
 
 /* The context's CUDA context is made current around every driver call and
-   the caller's is restored afterwards. */
+   the caller's is restored afterwards; when it already is current (the
+   usual case: engines run on the primary context) nothing is pushed.
+   Returns 1 when a push happened, 0 when not, -1 on failure. */
+OSCAR__PRIVATE int oscar__push_if_needed(const oscar_ctx *ctx) {
+    oscar__CUcontext cur = NULL;
+    if (ctx->cu.cuCtxGetCurrent(&cur) == 0 && cur == ctx->cuctx) return 0;
+    return ctx->cu.cuCtxPushCurrent(ctx->cuctx) == 0 ? 1 : -1;
+}
 OSCAR__PRIVATE oscar_status oscar__push(const oscar_ctx *ctx) {
     OSCAR__CU(ctx, ctx->cu.cuCtxPushCurrent(ctx->cuctx), "cuCtxPushCurrent");
     return OSCAR_OK;
@@ -172,6 +180,10 @@ OSCAR__PRIVATE oscar_status oscar__push(const oscar_ctx *ctx) {
 OSCAR__PRIVATE void oscar__pop(const oscar_ctx *ctx) {
     oscar__CUcontext dummy;
     ctx->cu.cuCtxPopCurrent(&dummy);
+}
+OSCAR__PRIVATE uint64_t oscar__fnv(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ OSCAR__CAST(uint8_t, *s)) * 0x100000001b3ULL;
+    return (h ^ 0xff) * 0x100000001b3ULL;
 }
 
 /* ---- embedded sources --------------------------------------------------- */
@@ -488,6 +500,22 @@ OSCAR__PRIVATE oscar_status oscar__jit_get(oscar_ctx *ctx, const char *program, 
     *out = NULL;
     if (ctx->backend == OSCAR_BACKEND_CPU)
         return oscar__fail(ctx, OSCAR_STATUS_INTERNAL, "oscar jit: the CPU backend compiles nothing");
+    /* hot path: a string hash, no SHA-256 (the key is only needed on a miss) */
+    {
+        uint64_t h = oscar__fnv(oscar__fnv(0xcbf29ce484222325ULL, program), name_expr);
+        int i;
+        pthread_mutex_lock(&ctx->lock);
+        for (i = 0; i < ctx->num_kernels; i++) {
+            k = ctx->kernels[i];
+            if (k->name_hash == h && strcmp(k->name_expression, name_expr) == 0 && strcmp(k->program, program) == 0) {
+                ctx->stats.memory_hits++;
+                pthread_mutex_unlock(&ctx->lock);
+                *out = k;
+                return OSCAR_OK;
+            }
+        }
+        pthread_mutex_unlock(&ctx->lock);
+    }
     oscar__jit_key(ctx, program, name_expr, key);
     pthread_mutex_lock(&ctx->lock);
     k = oscar__find_kernel(ctx, key);
@@ -563,6 +591,8 @@ OSCAR__PRIVATE oscar_status oscar__jit_get(oscar_ctx *ctx, const char *program, 
         goto out;
     }
     memcpy(k->key, key, 32);
+    k->name_hash = oscar__fnv(oscar__fnv(0xcbf29ce484222325ULL, program), name_expr);
+    k->program = oscar__strdup(ctx, program);
     k->name_expression = oscar__strdup(ctx, name_expr);
     k->lowered_name = lowered;
     lowered = NULL;
@@ -573,6 +603,7 @@ OSCAR__PRIVATE oscar_status oscar__jit_get(oscar_ctx *ctx, const char *program, 
     st = oscar__load_module(ctx, k, cubin);
     if (st != OSCAR_OK) {
         oscar__free(ctx, k->name_expression);
+        oscar__free(ctx, k->program);
         oscar__free(ctx, k->lowered_name);
         oscar__free(ctx, k);
         goto out;
@@ -593,30 +624,54 @@ out:
     return st;
 }
 
-/* Launches a kernel whose only parameter is a params struct passed by value. */
-OSCAR__PRIVATE oscar_status oscar__launch(const oscar_ctx *ctx, oscar__kernel *k, unsigned gx, unsigned gy, unsigned gz,
-                                  unsigned block, unsigned smem, oscar_stream stream, void *params) {
+/* Launches a kernel whose only parameter is a params struct passed by value.
+   pdl: allow programmatic dependent launch (sm_90+; the kernel must call
+   griddepcontrol.wait before reading what the previous kernel wrote). */
+OSCAR__PRIVATE oscar_status oscar__launch_ex(const oscar_ctx *ctx, oscar__kernel *k, unsigned gx, unsigned gy,
+                                             unsigned gz, unsigned block, unsigned smem, oscar_stream stream,
+                                             void *params, int pdl) {
     void *args[1];
     oscar__CUresult r;
-    oscar_status st;
+    int pushed;
     if (ctx->compile_only)
         return oscar__fail(ctx, OSCAR_STATUS_NEEDS_DEVICE, "%s: the context is compile-only (sm_%d); nothing can run",
                            k->info.name_expression, ctx->sm);
     args[0] = params;
-    st = oscar__push(ctx);
-    if (st != OSCAR_OK) return st;
+    pushed = oscar__push_if_needed(ctx);
+    if (pushed < 0) return oscar__fail(ctx, OSCAR_STATUS_CUDA_ERROR, "cuCtxPushCurrent failed");
     if (smem > 48 * 1024 && OSCAR__CAST(int32_t, smem) > k->max_dynamic_smem_set) {
         r = ctx->cu.cuFuncSetAttribute(k->function, OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, OSCAR__CAST(int, smem));
         if (r != 0) {
-            oscar__pop(ctx);
+            if (pushed) oscar__pop(ctx);
             return oscar__cu_fail(ctx, r, "cuFuncSetAttribute(max dynamic shared memory)");
         }
         k->max_dynamic_smem_set = OSCAR__CAST(int32_t, smem);
     }
-    r = ctx->cu.cuLaunchKernel(k->function, gx, gy, gz, block, 1, 1, smem, stream, args, NULL);
-    oscar__pop(ctx);
+    if (pdl && ctx->sm >= 90 && ctx->cu.cuLaunchKernelEx) {
+        oscar__CUlaunchAttribute attr;
+        oscar__CUlaunchConfig cfg;
+        memset(&attr, 0, sizeof attr);
+        memset(&cfg, 0, sizeof cfg);
+        attr.id = OSCAR__CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.value = 1;
+        cfg.grid_x = gx, cfg.grid_y = gy, cfg.grid_z = gz, cfg.block_x = block, cfg.block_y = 1, cfg.block_z = 1;
+        cfg.smem_bytes = smem, cfg.stream = stream, cfg.attrs = &attr, cfg.num_attrs = 1;
+        r = ctx->cu.cuLaunchKernelEx(&cfg, k->function, args, NULL);
+    } else {
+        r = ctx->cu.cuLaunchKernel(k->function, gx, gy, gz, block, 1, 1, smem, stream, args, NULL);
+    }
+    if (pushed) oscar__pop(ctx);
     if (r != 0) return oscar__cu_fail(ctx, r, k->info.name_expression);
     return OSCAR_OK;
+}
+
+OSCAR__PRIVATE oscar_status oscar__launch3(const oscar_ctx *ctx, oscar__kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                                          unsigned block, unsigned smem, oscar_stream stream, void *params) {
+    return oscar__launch_ex(ctx, k, gx, gy, gz, block, smem, stream, params, 0);
+}
+OSCAR__PRIVATE oscar_status oscar__launch(const oscar_ctx *ctx, oscar__kernel *k, unsigned gx, unsigned block,
+                                         unsigned smem, oscar_stream stream, void *params) {
+    return oscar__launch_ex(ctx, k, gx, 1, 1, block, smem, stream, params, 0);
 }
 
 #endif /* OSCAR_JIT_H_INCLUDED */

@@ -107,6 +107,7 @@ typedef struct oscar__cuda_api {
     oscar__CUresult (*cuDevicePrimaryCtxRelease)(oscar__CUdevice);
     oscar__CUresult (*cuCtxPushCurrent)(oscar__CUcontext);
     oscar__CUresult (*cuCtxPopCurrent)(oscar__CUcontext *);
+    oscar__CUresult (*cuCtxGetCurrent)(oscar__CUcontext *);
     oscar__CUresult (*cuCtxSynchronize)(void);
     oscar__CUresult (*cuModuleLoadData)(oscar__CUmodule *, const void *);
     oscar__CUresult (*cuModuleUnload)(oscar__CUmodule);
@@ -149,6 +150,8 @@ typedef struct oscar__nvrtc_api {
 /* One compiled kernel, owned by the context's table. */
 typedef struct oscar__kernel {
     uint8_t key[32];
+    uint64_t name_hash; /* FNV-1a of program and name expression: the fast lookup */
+    char *program;
     char *name_expression;
     char *lowered_name;
     oscar__CUmodule module;

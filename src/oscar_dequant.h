@@ -77,7 +77,7 @@ OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool
     if (st != OSCAR_OK) return st;
     total = d.num_tokens * pool.num_kv_heads * (pool.head_dim / 16);
     blocks = OSCAR__MIN((total + 255) / 256, OSCAR__CAST(int64_t, 65535) * 16);
-    return oscar__launch(ctx, k, OSCAR__CAST(unsigned, blocks), 1, 1, 256, 0, stream, &p);
+    return oscar__launch(ctx, k, OSCAR__CAST(unsigned, blocks), 256, 0, stream, &p);
 }
 
 #endif /* OSCAR_DEQUANT_H_INCLUDED */

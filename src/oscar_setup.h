@@ -40,6 +40,7 @@ OSCAR__PRIVATE void oscar__destroy(oscar_ctx *ctx) {
     }
     for (i = 0; i < ctx->num_kernels; i++) {
         oscar__free(ctx, ctx->kernels[i]->name_expression);
+        oscar__free(ctx, ctx->kernels[i]->program);
         oscar__free(ctx, ctx->kernels[i]->lowered_name);
         oscar__free(ctx, ctx->kernels[i]);
     }

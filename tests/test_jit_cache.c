@@ -23,7 +23,7 @@ static oscar_ctx *ctx_for(const char *dir, int sm, oscar_jit_cache_mode mode) {
 static int32_t dequant_index(void) {
     int32_t i, n = oscar_jit_instantiation_count();
     for (i = 0; i < n; i++) {
-        const char *prog, *name;
+        const char *prog = NULL, *name = NULL;
         oscar_jit_instantiation(i, &prog, &name);
         if (strcmp(name, "oscar::dequant_kernel<128, 128, 16>") == 0) return i;
     }

@@ -10,7 +10,7 @@ static int programs(const char **out, int cap) {
     int32_t i, n = oscar_jit_instantiation_count();
     int np = 0, j;
     for (i = 0; i < n; i++) {
-        const char *prog, *name;
+        const char *prog = NULL, *name = NULL;
         int seen = 0;
         oscar_jit_instantiation(i, &prog, &name);
         for (j = 0; j < np; j++) seen |= strcmp(out[j], prog) == 0;
