@@ -1,0 +1,239 @@
+/* bench/bench_quantize.c -- the write path on the GPU: bulk prefill write
+   (rotate + clip + INT2 + pack of K and V) and multi-layer demotion latency.
+   Prints a table and writes bench/results/quantize.md and .json.
+     usage: bench_quantize [--tokens N] [--out DIR] */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+#include "bench_util.h"
+
+#include <math.h>
+
+typedef struct qarg {
+    oscar_ctx *ctx;
+    oscar_quantize_desc *d;
+} qarg;
+static void q_fn(void *arg, int rep) {
+    qarg *a = (qarg *)arg;
+    (void)rep;
+    BU_OK(a->ctx, oscar_quantize_kv(a->ctx, a->d, NULL));
+}
+
+static void *dev_random_bf16(size_t n, uint64_t seed) {
+    uint16_t *h = malloc(n * 2);
+    void *d;
+    size_t i;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (i = 0; i < n; i++) {
+        double u1, u2;
+        s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+        u1 = (double)((s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 + 1e-12;
+        s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+        u2 = (double)((s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+        h[i] = oscar__f32_to_bf16((float)(sqrt(-2 * log(u1)) * cos(6.2831853 * u2) * ((i % 128) % 17 == 3 ? 20 : 1)));
+    }
+    BU_CUDA(cudaMalloc(&d, n * 2));
+    BU_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+/* A random orthogonal-ish rotation is not needed for timing: any dense f32
+   matrix costs the same. A scaled Hadamard-like sign matrix keeps values sane. */
+static void *dev_rotation(int D) {
+    float *h = malloc(sizeof(float) * (size_t)D * D);
+    void *d;
+    int i, j;
+    for (i = 0; i < D; i++)
+        for (j = 0; j < D; j++) h[i * D + j] = (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0f : 1.0f) / sqrtf((float)D);
+    BU_CUDA(cudaMalloc(&d, sizeof(float) * (size_t)D * D));
+    BU_CUDA(cudaMemcpy(d, h, sizeof(float) * (size_t)D * D, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static void *dev_slots(int64_t n, int64_t modulo, int shuffle) {
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
+    void *d;
+    int64_t i;
+    for (i = 0; i < n; i++) h[i] = (int32_t)(shuffle ? (i * 2654435761LL) % modulo : i % modulo);
+    BU_CUDA(cudaMalloc(&d, sizeof(int32_t) * (size_t)n));
+    BU_CUDA(cudaMemcpy(d, h, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+int main(int argc, char **argv) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    const char *out_dir = OSCAR_RESULTS_DIR;
+    int64_t T = 128 * 1024;
+    const int D = 128, H = 8;
+    bu_report rep;
+    char md[1024], js[1024];
+    int i;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+    }
+    if (oscar_setup(&desc, &ctx) != OSCAR_OK) {
+        printf("bench_quantize needs a CUDA GPU: %s\n", oscar_last_error(NULL));
+        return 0;
+    }
+    bu_report_open(&rep, "quantize", argc, argv, out_dir);
+    bu_report_begin(&rep, bu_copy_bandwidth_tbps(0),
+                    "| case | shape | time (us, median) | spread (us) | bytes moved | TB/s | of copy BW |",
+                    "Bytes moved = bf16 K and V read once + codes, scales and slot ids written/read once "
+                    "(the minimum the kernel must move). Demotion latency includes the launch; the launch "
+                    "floor row is a 1-row dequantize launch on the same stream.");
+    printf("copy bandwidth: %.3f TB/s\n", rep.copy_tbps);
+
+    /* ---- bulk prefill ------------------------------------------------------ */
+    {
+        oscar_int2_pool_desc pool = {0};
+        oscar_quantize_desc d = {0};
+        size_t code_bytes, scale_bytes, n = (size_t)T * H * D;
+        void *src_k = dev_random_bf16(n, 1), *src_v = dev_random_bf16(n, 2), *rk = dev_rotation(D), *rv = dev_rotation(D);
+        void *slots = dev_slots(T, T, 0), *ck, *cv, *sk, *sv;
+        qarg a;
+        struct {
+            const char *name;
+            int rot_k, rot_v;
+            float ck, cv;
+            oscar_scale_layout layout;
+        } variants[] = {
+            {"rotate K+V, clip .96/.92, f16 scales", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
+            {"rotate K (V absorbed), clip .96/.92", 1, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
+            {"rotate K+V, no clip", 1, 1, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
+            {"no rotation, no clip", 0, 0, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
+            {"rotate K+V, clip .96/.92, f32 scale+zero", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO},
+        };
+        int v;
+        pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = (int32_t)(T / 16), pool.page_size = 16;
+        for (v = 0; v < (int)(sizeof variants / sizeof variants[0]); v++) {
+            double us, spread, bytes, tbps;
+            pool.scale_layout = variants[v].layout;
+            BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
+            BU_CUDA(cudaMalloc(&ck, code_bytes));
+            BU_CUDA(cudaMalloc(&cv, code_bytes));
+            BU_CUDA(cudaMalloc(&sk, scale_bytes));
+            BU_CUDA(cudaMalloc(&sv, scale_bytes));
+            pool.k_codes = ck, pool.v_codes = cv, pool.k_scales = sk, pool.v_scales = sv;
+            memset(&d, 0, sizeof d);
+            d.pool = &pool, d.src_k = src_k, d.src_v = src_v;
+            d.k_rotation = variants[v].rot_k ? rk : NULL;
+            d.v_rotation = variants[v].rot_v ? rv : NULL;
+            d.num_tokens = T, d.dst_slots = slots;
+            d.k_clip_ratio = variants[v].ck, d.v_clip_ratio = variants[v].cv;
+            a.ctx = ctx, a.d = &d;
+            us = bu_time_us(q_fn, &a, 3, 20, &spread);
+            bytes = 2.0 * (double)n * 2 + 2.0 * (double)code_bytes + 2.0 * (double)scale_bytes + 4.0 * (double)T;
+            tbps = bytes / (us * 1e-6) / 1e12;
+            printf("prefill %-42s %lld x %d x %d: %9.1f us (spread %.1f)  %.3f TB/s  %.0f%% of copy\n",
+                   variants[v].name, (long long)T, H, D, us, spread, tbps, 100 * tbps / rep.copy_tbps);
+            snprintf(md, sizeof md, "| prefill: %s | %lld tok x %d heads x D %d | %.1f | %.1f | %.0f | %.3f | %.1f%% |",
+                     variants[v].name, (long long)T, H, D, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps);
+            snprintf(js, sizeof js,
+                     "{\"case\": \"prefill\", \"variant\": \"%s\", \"tokens\": %lld, \"kv_heads\": %d, \"head_dim\": %d, "
+                     "\"time_us\": %.2f, \"spread_us\": %.2f, \"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f}",
+                     variants[v].name, (long long)T, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
+            bu_report_row(&rep, md, js);
+            cudaFree(ck), cudaFree(cv), cudaFree(sk), cudaFree(sv);
+        }
+        cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(rv), cudaFree(slots);
+    }
+
+    /* ---- demotion: 8 tokens per request, 36 layers, one launch -------------- */
+    {
+        enum { LAYERS = 36, SRC_PAGE = 16 };
+        static const int requests[] = {1, 32, 256};
+        int ri, l;
+        const int64_t src_tokens = 256 * 300; /* the engine's bf16 cache: room for 300 tokens per request */
+        oscar_int2_pool_desc pool = {0};
+        oscar_quantize_layer_desc layers[LAYERS];
+        size_t code_bytes, scale_bytes;
+        void *src_k = dev_random_bf16((size_t)src_tokens * H * D, 3), *src_v = dev_random_bf16((size_t)src_tokens * H * D, 4);
+        void *rk = dev_rotation(D);
+        void *codes, *scales;
+        pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = 256 * 8 * 4, pool.page_size = 1;
+        BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
+        /* one allocation per array kind, carved into per-layer pools */
+        BU_CUDA(cudaMalloc(&codes, 2 * LAYERS * code_bytes));
+        BU_CUDA(cudaMalloc(&scales, 2 * LAYERS * scale_bytes));
+        for (l = 0; l < LAYERS; l++) {
+            layers[l].src_k = src_k, layers[l].src_v = src_v;
+            layers[l].k_rotation = rk, layers[l].v_rotation = NULL; /* V absorbed, as in production */
+            layers[l].k_codes = (char *)codes + (2 * l) * code_bytes;
+            layers[l].v_codes = (char *)codes + (2 * l + 1) * code_bytes;
+            layers[l].k_scales = (char *)scales + (2 * l) * scale_bytes;
+            layers[l].v_scales = (char *)scales + (2 * l + 1) * scale_bytes;
+        }
+        pool.k_codes = layers[0].k_codes, pool.v_codes = layers[0].v_codes;
+        pool.k_scales = layers[0].k_scales, pool.v_scales = layers[0].v_scales;
+        {
+            /* launch floor: the smallest oscar launch (dequantize one row) */
+            oscar_dequant_desc dq = {0};
+            void *one = dev_slots(1, 1, 0), *out;
+            double us, spread;
+            BU_CUDA(cudaMalloc(&out, (size_t)H * D * 2));
+            dq.slots = one, dq.num_tokens = 1, dq.k_out = out;
+            {
+                double t[64];
+                int k;
+                cudaEvent_t e0, e1;
+                BU_CUDA(cudaEventCreate(&e0));
+                BU_CUDA(cudaEventCreate(&e1));
+                for (k = 0; k < 64 + 5; k++) {
+                    float ms;
+                    BU_CUDA(cudaEventRecord(e0, 0));
+                    BU_OK(ctx, oscar_dequantize_kv(ctx, &pool, &dq, NULL));
+                    BU_CUDA(cudaEventRecord(e1, 0));
+                    BU_CUDA(cudaEventSynchronize(e1));
+                    BU_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+                    if (k >= 5) t[k - 5] = ms * 1e3;
+                }
+                us = bu_median(t, 64);
+                spread = t[48] - t[16];
+            }
+            printf("launch floor (1-row dequantize): %.2f us\n", us);
+            snprintf(md, sizeof md, "| launch floor | 1-row dequantize | %.2f | %.2f | - | - | - |", us, spread);
+            snprintf(js, sizeof js, "{\"case\": \"launch_floor\", \"time_us\": %.3f, \"spread_us\": %.3f}", us, spread);
+            bu_report_row(&rep, md, js);
+            cudaFree(one), cudaFree(out);
+        }
+        for (ri = 0; ri < 3; ri++) {
+            int64_t n = (int64_t)requests[ri] * 8;
+            oscar_quantize_desc d = {0};
+            void *src_slots = dev_slots(n, src_tokens, 1), *dst_slots = dev_slots(n, pool.num_pages, 1);
+            qarg a;
+            double us, spread, bytes, tbps;
+            d.pool = &pool, d.num_layers = LAYERS, d.layers = layers;
+            d.num_tokens = n, d.src_slots = src_slots, d.src_page_size = SRC_PAGE, d.dst_slots = dst_slots;
+            d.k_clip_ratio = 0.96f, d.v_clip_ratio = 0.92f;
+            a.ctx = ctx, a.d = &d;
+            us = bu_time_us(q_fn, &a, 5, 100, &spread);
+            bytes = (double)LAYERS * n * H * (2.0 * D * 2 + 2.0 * D / 4 + 2.0 * 4) + 8.0 * n;
+            tbps = bytes / (us * 1e-6) / 1e12;
+            printf("demotion %3d requests x 8 tokens x %d layers (one launch): %7.2f us (spread %.2f)\n", requests[ri],
+                   LAYERS, us, spread);
+            snprintf(md, sizeof md, "| demotion | %d req x 8 tok x %d layers x %d heads | %.2f | %.2f | %.0f | %.3f | %.1f%% |",
+                     requests[ri], LAYERS, H, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps);
+            snprintf(js, sizeof js,
+                     "{\"case\": \"demotion\", \"requests\": %d, \"tokens_per_request\": 8, \"layers\": %d, \"kv_heads\": "
+                     "%d, \"head_dim\": %d, \"time_us\": %.3f, \"spread_us\": %.3f, \"bytes\": %.0f, \"tbps\": %.4f, "
+                     "\"frac_copy_bw\": %.4f}",
+                     requests[ri], LAYERS, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
+            bu_report_row(&rep, md, js);
+            cudaFree(src_slots), cudaFree(dst_slots);
+        }
+        cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(codes), cudaFree(scales);
+    }
+    bu_report_close(&rep);
+    {
+        oscar_jit_stats s;
+        oscar_query_jit_stats(ctx, &s);
+        printf("JIT: %lld compiled (%.0f ms), %lld disk hits (%.1f ms)\n", (long long)s.compiles, s.compile_ms,
+               (long long)s.disk_hits, s.disk_load_ms);
+    }
+    oscar_shutdown(ctx);
+    return 0;
+}

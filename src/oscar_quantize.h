@@ -1,0 +1,166 @@
+/* src/oscar_quantize.h -- part of the oscar.h implementation:
+   oscar_quantize_kv, validation and dispatch (kernel: quantize.cuh). */
+#ifndef OSCAR_QUANTIZE_H_INCLUDED
+#define OSCAR_QUANTIZE_H_INCLUDED
+
+/* int(ratio * D) clamped to [0, D-1], as the reference; -1 when off. */
+OSCAR__PRIVATE int32_t oscar__clip_index(float ratio, int head_dim) {
+    double x;
+    if (!(ratio > 0.0f)) return -1;
+    x = floor(OSCAR__CAST(double, ratio) * head_dim);
+    if (x < 0) x = 0;
+    if (x > head_dim - 1) x = head_dim - 1;
+    return OSCAR__CAST(int32_t, x);
+}
+
+OSCAR__PRIVATE int64_t oscar__quant_smem_bytes(int head_dim, int with_rotation) {
+    int64_t stages = head_dim >= 256 ? 1 : 2;
+    return 4 * stages * 16 * head_dim * 2 + (with_rotation ? OSCAR__CAST(int64_t, head_dim) * head_dim * 2 : 0);
+}
+
+OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream) {
+    oscar__validator v;
+    oscar_int2_pool_desc pool;
+    oscar_quantize_desc d;
+    oscar_quantize_layer_desc single;
+    const oscar_quantize_layer_desc *layers;
+    oscar_quantize_params *p = NULL;
+    oscar_status st;
+    int32_t l, any_rot = 0;
+    int H, D;
+
+    OSCAR__REQUIRE_CTX(ctx, "oscar_quantize_kv");
+    if (!desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_quantize_kv: desc = NULL");
+    if (!desc->pool) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_quantize_kv: desc.pool = NULL (*must* be set)");
+    pool = oscar__pool_defaults(desc->pool);
+    H = pool.num_kv_heads, D = pool.head_dim;
+    d = *desc;
+    d.num_layers = oscar__def(d.num_layers, 1);
+    d.src_dtype = oscar__def(d.src_dtype, OSCAR_DTYPE_BF16);
+    d.slot_dtype = oscar__def(d.slot_dtype, OSCAR_DTYPE_I32);
+    d.mode = oscar__def(d.mode, OSCAR_QUANT_MODE_UNIFORM);
+    d.src_page_size = oscar__def(d.src_page_size, 1);
+    d.src_head_stride = oscar__def(d.src_head_stride, D);
+    d.src_token_stride = oscar__def(d.src_token_stride, OSCAR__CAST(int64_t, H) * D);
+    d.src_page_stride = oscar__def(d.src_page_stride, d.src_token_stride * d.src_page_size);
+    if (!d.layers) {
+        single.src_k = d.src_k, single.src_v = d.src_v;
+        single.k_rotation = d.k_rotation, single.v_rotation = d.v_rotation;
+        single.k_codes = pool.k_codes, single.v_codes = pool.v_codes;
+        single.k_scales = pool.k_scales, single.v_scales = pool.v_scales;
+        layers = &single;
+    } else {
+        layers = d.layers;
+    }
+
+    oscar__validate_begin(&v, ctx, "oscar_quantize_kv");
+    OSCAR__CHECK_CANARIES(&v, desc, "desc");
+    if (!d.layers) oscar__pool_validate(&v, &pool, "desc.pool");
+    else {
+        /* the geometry comes from pool; the arrays from layers[] */
+        oscar_int2_pool_desc geo = pool;
+        geo.k_codes = geo.v_codes = layers[0].k_codes;
+        geo.k_scales = geo.v_scales = layers[0].k_scales;
+        oscar__pool_validate(&v, &geo, "desc.pool");
+    }
+    OSCAR__VALIDATE(&v, d.num_layers >= 1 && (d.layers || d.num_layers == 1),
+                    "desc.num_layers = %d; expected 1, or >= 1 with desc.layers set", d.num_layers);
+    OSCAR__VALIDATE(&v, d.num_tokens >= 0, "desc.num_tokens = %lld; expected >= 0", OSCAR__CAST(long long, d.num_tokens));
+    OSCAR__VALIDATE(&v, d.src_dtype == OSCAR_DTYPE_BF16 || d.src_dtype == OSCAR_DTYPE_F16,
+                    "desc.src_dtype = %s; expected bf16 or f16", oscar__dtype_name(d.src_dtype));
+    OSCAR__VALIDATE(&v, oscar__is_index_dtype(d.slot_dtype), "desc.slot_dtype = %s; expected i32 or i64",
+                    oscar__dtype_name(d.slot_dtype));
+    OSCAR__VALIDATE(&v, d.dst_slots || d.num_tokens == 0, "desc.dst_slots = NULL; *must* be set");
+    OSCAR__VALIDATE(&v, d.src_page_size >= 1, "desc.src_page_size = %d; expected >= 1", d.src_page_size);
+    OSCAR__VALIDATE(&v,
+                    d.src_head_stride > 0 && d.src_token_stride > 0 && d.src_page_stride > 0 &&
+                        d.src_head_stride % 8 == 0 && d.src_token_stride % 8 == 0 && d.src_page_stride % 8 == 0,
+                    "desc.src_{page,token,head}_stride = %lld, %lld, %lld; expected positive multiples of 8 elements "
+                    "(16-byte rows)",
+                    OSCAR__CAST(long long, d.src_page_stride), OSCAR__CAST(long long, d.src_token_stride),
+                    OSCAR__CAST(long long, d.src_head_stride));
+    OSCAR__VALIDATE(&v, d.k_clip_ratio >= 0.0f && d.k_clip_ratio <= 1.0f, "desc.k_clip_ratio = %g; expected 0 <= ratio <= 1",
+                    OSCAR__CAST(double, d.k_clip_ratio));
+    OSCAR__VALIDATE(&v, d.v_clip_ratio >= 0.0f && d.v_clip_ratio <= 1.0f, "desc.v_clip_ratio = %g; expected 0 <= ratio <= 1",
+                    OSCAR__CAST(double, d.v_clip_ratio));
+    OSCAR__VALIDATE(&v, d.mode > 0 && d.mode < OSCAR__QUANT_MODE_COUNT, "desc.mode = %d; expected an oscar_quant_mode",
+                    OSCAR__CAST(int, d.mode));
+    OSCAR__VALIDATE(&v, d.mode != OSCAR_QUANT_MODE_LLOYD_MAX || pool.group_size == pool.head_dim,
+                    "desc.mode = LLOYD_MAX with pool.group_size = %d; Lloyd-Max codes need one group per row "
+                    "(group_size = head_dim = %d)",
+                    pool.group_size, pool.head_dim);
+    for (l = 0; l < d.num_layers && l < 4096; l++) {
+        const oscar_quantize_layer_desc *L = &layers[l];
+        uintptr_t align = OSCAR__RCAST(uintptr_t, L->src_k) | OSCAR__RCAST(uintptr_t, L->src_v) |
+                          OSCAR__RCAST(uintptr_t, L->k_rotation) | OSCAR__RCAST(uintptr_t, L->v_rotation);
+        OSCAR__VALIDATE(&v, L->src_k && L->src_v, "layers[%d]: src_k = %p, src_v = %p; both *must* be set", l, L->src_k,
+                        L->src_v);
+        OSCAR__VALIDATE(&v, L->k_codes && L->v_codes && L->k_scales && L->v_scales,
+                        "layers[%d]: k_codes, v_codes, k_scales and v_scales *must* be set", l);
+        OSCAR__VALIDATE(&v, align % 16 == 0, "layers[%d]: sources and rotations must be 16-byte aligned", l);
+        OSCAR__VALIDATE(&v,
+                        ((OSCAR__RCAST(uintptr_t, L->k_codes) | OSCAR__RCAST(uintptr_t, L->v_codes)) % 16 == 0) &&
+                            ((OSCAR__RCAST(uintptr_t, L->k_scales) | OSCAR__RCAST(uintptr_t, L->v_scales)) %
+                                 OSCAR__CAST(uintptr_t, oscar__scale_pair_bytes(pool.scale_layout)) ==
+                             0),
+                        "layers[%d]: pool arrays misaligned (codes 16 bytes, scales %d bytes)", l,
+                        OSCAR__CAST(int, oscar__scale_pair_bytes(pool.scale_layout)));
+        any_rot |= L->k_rotation != NULL || L->v_rotation != NULL;
+    }
+    if (ctx->backend == OSCAR_BACKEND_CUDA && !ctx->compile_only && any_rot &&
+        oscar__quant_smem_bytes(D, 1) > ctx->max_smem_optin)
+        oscar__verr(&v, OSCAR_STATUS_UNSUPPORTED,
+                    "head_dim %d with a rotation needs %lld bytes of shared memory per block; this device allows %d", D,
+                    OSCAR__CAST(long long, oscar__quant_smem_bytes(D, 1)), ctx->max_smem_optin);
+    st = oscar__validate_end(&v);
+    if (st != OSCAR_OK || d.num_tokens == 0) return st;
+
+    p = OSCAR__CAST(oscar_quantize_params *, oscar__calloc(ctx, sizeof *p));
+    if (!p) return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_quantize_kv: out of memory");
+    p->pool = oscar__pool_params(&pool);
+    p->src_slots = OSCAR__RCAST(uint64_t, d.src_slots);
+    p->dst_slots = OSCAR__RCAST(uint64_t, d.dst_slots);
+    p->num_tokens = d.num_tokens;
+    p->src_page_stride = d.src_page_stride;
+    p->src_token_stride = d.src_token_stride;
+    p->src_head_stride = d.src_head_stride;
+    p->src_page_size = d.src_page_size;
+    p->slot_dtype = d.slot_dtype == OSCAR_DTYPE_I64 ? OSCAR_K_DTYPE_I64 : OSCAR_K_DTYPE_I32;
+    p->k_clip_index = oscar__clip_index(d.k_clip_ratio, D);
+    p->v_clip_index = oscar__clip_index(d.v_clip_ratio, D);
+    p->lloyd_max = d.mode == OSCAR_QUANT_MODE_LLOYD_MAX;
+
+    st = OSCAR_OK;
+    for (l = 0; l < d.num_layers && st == OSCAR_OK; l += OSCAR_K_MAX_QUANT_LAYERS) {
+        int32_t i, n = OSCAR__MIN(d.num_layers - l, OSCAR_K_MAX_QUANT_LAYERS), rot_here = 0;
+        p->num_layers = n;
+        for (i = 0; i < n; i++) {
+            const oscar_quantize_layer_desc *L = &layers[l + i];
+            oscar_quantize_layer *K = &p->layers[i];
+            K->src_k = OSCAR__RCAST(uint64_t, L->src_k), K->src_v = OSCAR__RCAST(uint64_t, L->src_v);
+            K->rot_k = OSCAR__RCAST(uint64_t, L->k_rotation), K->rot_v = OSCAR__RCAST(uint64_t, L->v_rotation);
+            K->k_codes = OSCAR__RCAST(uint64_t, L->k_codes), K->v_codes = OSCAR__RCAST(uint64_t, L->v_codes);
+            K->k_scales = OSCAR__RCAST(uint64_t, L->k_scales), K->v_scales = OSCAR__RCAST(uint64_t, L->v_scales);
+            rot_here |= K->rot_k || K->rot_v;
+        }
+        if (ctx->backend == OSCAR_BACKEND_CPU) {
+            oscar__cpu_quantize(p, D, pool.group_size, d.src_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+        } else {
+            char name[192];
+            oscar__kernel *k;
+            int64_t tiles = (d.num_tokens * H + 15) / 16, ctas;
+            oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype);
+            st = oscar__jit_get(ctx, "quantize.cuh", name, &k);
+            if (st != OSCAR_OK) break;
+            /* about two CTAs per SM over the whole launch, never more than there are tiles */
+            ctas = OSCAR__MAX(1, (2 * OSCAR__MAX(ctx->num_sms, 1)) / (2 * n));
+            ctas = OSCAR__MIN(ctas, (tiles + 3) / 4);
+            st = oscar__launch3(ctx, k, OSCAR__CAST(unsigned, ctas), OSCAR__CAST(unsigned, n), 2, 128,
+                                OSCAR__CAST(unsigned, oscar__quant_smem_bytes(D, rot_here)), stream, p);
+        }
+    }
+    oscar__free(ctx, p);
+    return st;
+}
+
+#endif /* OSCAR_QUANTIZE_H_INCLUDED */
