@@ -387,6 +387,224 @@ OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool
                                            const oscar_dequant_desc *desc, oscar_stream stream);
 
 /* ------------------------------------------------------------------------ */
+/* Quantize: rotate -> clip -> INT2 -> pack into the engine's pool           */
+
+typedef enum oscar_quant_mode {
+    OSCAR_QUANT_MODE_DEFAULT = 0, /* = UNIFORM */
+    OSCAR_QUANT_MODE_UNIFORM,     /* per group min-max: scale = (max-min)/3, zero = -min/scale (the reference) */
+    OSCAR_QUANT_MODE_LLOYD_MAX,   /* per row Gaussian Lloyd-Max decision levels, stored as (scale, zero); G = 1 only */
+    OSCAR__QUANT_MODE_COUNT,
+    OSCAR__QUANT_MODE_FORCE_U32 = 0x7FFFFFFF
+} oscar_quant_mode;
+
+/* One layer's pointers for a multi-layer quantize (demotion of every layer
+   in one launch). All device pointers (host for the CPU backend). */
+typedef struct oscar_quantize_layer_desc {
+    const void *src_k, *src_v;             /* source rows (dense chunk, or the engine's bf16 pool base) */
+    const float *k_rotation, *v_rotation;  /* [head_dim][head_dim] f32 row-major (as stored); NULL = none
+                                              (v_rotation NULL = V rotation absorbed into the weights) */
+    void *k_codes, *v_codes;               /* this layer's INT2 pool */
+    void *k_scales, *v_scales;
+} oscar_quantize_layer_desc;
+
+/* oscar_quantize_desc: quantize num_tokens rows of K and V (every KV head)
+   into the INT2 pool, for one layer or many.
+       pool              *must* be set: the pool geometry, shared by all layers;
+                         with layers == NULL also layer 0's arrays
+       num_layers        1
+       layers            NULL: one layer made of pool's arrays and the src_k,
+                         src_v, k_rotation, v_rotation fields below
+       src_dtype         OSCAR_DTYPE_BF16 (or F16)
+       num_tokens        0 is a no-op
+       src_slots         NULL: dense rows (token t is source row t); else
+                         device [num_tokens] slot ids into the engine's
+                         paged bf16 cache (demotion), slot = page*src_page_size + offset
+       src_page_size     1
+       src_*_stride      elements; token num_kv_heads*head_dim, head head_dim,
+                         page src_page_size*token stride; multiples of 8
+       dst_slots         *must* be set: device [num_tokens] INT2 pool slots
+       slot_dtype        OSCAR_DTYPE_I32 (or I64) for both slot arrays
+       k_clip_ratio, v_clip_ratio
+                         0 (off); in (0, 1]: tau = sorted|x|[int(ratio*D)] per row
+       mode              OSCAR_QUANT_MODE_UNIFORM
+   Codes are those of OSCAR-SPEC §3.2 computed in IEEE f32 from the rotated
+   row rounded to src_dtype (see oscar_kernels/quantize.cuh). Out-of-range
+   destination slots are skipped on the device. */
+typedef struct oscar_quantize_desc {
+    uint32_t _start_canary;
+    const oscar_int2_pool_desc *pool;
+    int32_t num_layers;
+    const oscar_quantize_layer_desc *layers;
+    const void *src_k, *src_v;
+    const float *k_rotation, *v_rotation;
+    oscar_dtype src_dtype;
+    int64_t num_tokens;
+    const void *src_slots;
+    int32_t src_page_size;
+    int64_t src_page_stride, src_token_stride, src_head_stride;
+    const void *dst_slots;
+    oscar_dtype slot_dtype;
+    float k_clip_ratio, v_clip_ratio;
+    oscar_quant_mode mode;
+    uint32_t _end_canary;
+} oscar_quantize_desc;
+
+OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream);
+
+/* ------------------------------------------------------------------------ */
+/* Decode attention: INT2 history + the engine's bf16 windows, plan / run    */
+
+typedef enum oscar_lse_base {
+    OSCAR_LSE_BASE_DEFAULT = 0, /* = E */
+    OSCAR_LSE_BASE_E,           /* natural log (FlashAttention, SGLang, PyTorch) */
+    OSCAR_LSE_BASE_2,           /* log2 of the sum of exp2(s * log2 e) (FlashInfer) */
+    OSCAR__LSE_BASE_COUNT,
+    OSCAR__LSE_BASE_FORCE_U32 = 0x7FFFFFFF
+} oscar_lse_base;
+
+/* oscar_window_pool_desc: the engine's own paged bf16 K/V cache of one
+   layer, where the sink and recent tokens live, unrotated.
+       k, v          *must* be set (device), 16-byte aligned
+       dtype         OSCAR_DTYPE_BF16 (or F16)
+       num_pages     *must* be set
+       page_size     1
+       layout        NHD ([page][token][head][dim]) or HND
+       *_stride      elements; defaults from layout; multiples of 8 */
+typedef struct oscar_window_pool_desc {
+    uint32_t _start_canary;
+    void *k, *v;
+    oscar_dtype dtype;
+    int32_t num_pages;
+    int32_t page_size;
+    oscar_kv_layout layout;
+    int64_t page_stride, token_stride, head_stride;
+    uint32_t _end_canary;
+} oscar_window_pool_desc;
+
+/* Per-request pages in FlashInfer's CSR form (device int32 arrays):
+   request b owns pages indices[indptr[b] .. indptr[b+1]); its last page holds
+   last_page_len[b] tokens (1..page_size) when it owns any page. */
+typedef struct oscar_page_table {
+    const int32_t *indptr;
+    const int32_t *indices;
+    const int32_t *last_page_len;
+} oscar_page_table;
+
+/* oscar_decode_plan_desc: the shape a plan serves.
+       num_q_heads          *must* be set: a multiple of int2_pool->num_kv_heads, ratio 1..16
+       int2_pool            *must* be set: the INT2 pool geometry (its arrays are not read)
+       window_pool          geometry of the window cache; NULL: INT2 only
+       batch_size           *must* be set: requests per run (the grid is fixed by it)
+       max_int2_tokens      *must* be set (>= 0): the most INT2 tokens one request may have;
+                            0 plans no INT2 tier at all (a plain bf16 decode over the windows)
+       max_window_tokens    512: the most window tokens one request may have
+       int2_splits, window_splits
+                            0: chosen to fill the GPU (or the tuning table); else forced
+   Every kernel the runs need is compiled (or loaded from the cache) here. */
+typedef struct oscar_decode_plan_desc {
+    uint32_t _start_canary;
+    int32_t num_q_heads;
+    const oscar_int2_pool_desc *int2_pool;
+    const oscar_window_pool_desc *window_pool;
+    int32_t batch_size;
+    int64_t max_int2_tokens;
+    int32_t max_window_tokens;
+    int32_t int2_splits;
+    int32_t window_splits;
+    uint32_t _end_canary;
+} oscar_decode_plan_desc;
+
+/* oscar_decode_plan_info: caller-owned plain data, valid while the context
+   lives. Copy it, keep it in graph state; oscar_decode_run reads it. */
+typedef struct oscar_decode_plan_info {
+    uint32_t magic;
+    int32_t batch_size, num_q_heads, num_kv_heads, head_dim, group_size, page_size;
+    int32_t window_page_size, window_dtype, has_window;
+    int32_t int2_splits, window_splits, min_chunk;
+    oscar_scale_layout scale_layout;
+    size_t workspace_bytes; /* what oscar_decode_run needs */
+    size_t ws_q_offset, ws_o_offset, ws_lse_offset;
+    uint32_t smem_int2, smem_window;
+    void *kernels[4];       /* prep, window, int2, merge (owned by the context) */
+} oscar_decode_plan_info;
+
+/* oscar_decode_run_desc: one layer's decode step.
+       int2_pool, window_pool   this layer's arrays (geometry as planned)
+       int2_pages, window_pages device CSR tables (window_pages ignored without a window pool)
+       q, o                     *must* be set: [batch][num_q_heads][head_dim] bf16|f16
+       q_dtype, o_dtype         bf16
+       q_/o_ batch/head stride  elements; num_q_heads*head_dim, head_dim
+       lse                      optional f32 [batch][num_q_heads], base lse_base
+       k_rotation, v_rotation   device [D][D] f32 (as stored): q is rotated by R_k for the
+                                INT2 tier, and the INT2 part of o is brought back with R_v^T;
+                                NULL = none (v_rotation NULL: V rotation absorbed)
+       sm_scale                 *must* be set (e.g. 1/sqrt(head_dim))
+       logit_cap                0 = none; else cap * tanh(s / cap) (s = sm_scale q.k)
+       workspace                *must* be set: plan.workspace_bytes of device memory
+   No allocation, host synchronisation or compilation: capturable in a CUDA
+   graph and replayable with new lengths up to the planned maximum. */
+typedef struct oscar_decode_run_desc {
+    uint32_t _start_canary;
+    const oscar_int2_pool_desc *int2_pool;
+    const oscar_window_pool_desc *window_pool;
+    oscar_page_table int2_pages;
+    oscar_page_table window_pages;
+    const void *q;
+    oscar_dtype q_dtype;
+    int64_t q_batch_stride, q_head_stride;
+    void *o;
+    oscar_dtype o_dtype;
+    int64_t o_batch_stride, o_head_stride;
+    float *lse;
+    oscar_lse_base lse_base;
+    const float *k_rotation, *v_rotation;
+    float sm_scale;
+    float logit_cap;
+    void *workspace;
+    size_t workspace_bytes;
+    uint32_t _end_canary;
+} oscar_decode_run_desc;
+
+/* Chooses splits and kernels for a shape, compiles them, sizes the workspace. */
+OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
+                                         oscar_decode_plan_info *out_plan);
+OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_info *plan,
+                                        const oscar_decode_run_desc *desc, oscar_stream stream);
+
+/* ------------------------------------------------------------------------ */
+/* Merge of partial attention states (o, lse)                                */
+
+/* oscar_merge_desc: out = the exact softmax merge of num_states partial
+   states over disjoint token sets, for num_rows rows of head_dim values.
+   An empty state (lse = -inf) contributes nothing; all empty gives o = 0,
+   lse = -inf. NaN-safe.
+       num_states        *must* be 1..8
+       num_rows          rows (e.g. batch * heads)
+       head_dim          *must* be set: 64, 128 or 256
+       o[i], lse[i]      *must* be set: state i: o [num_rows][head_dim] (row stride in
+                         elements, default head_dim), lse f32 [num_rows]
+       dtype             bf16 (also f16, f32) of every o
+       lse_base          base of the input lse values
+       out_o, out_lse    out_o *must* be set; out_lse optional; same dtype and base */
+typedef struct oscar_merge_desc {
+    uint32_t _start_canary;
+    int32_t num_states;
+    int64_t num_rows;
+    int32_t head_dim;
+    const void *o[8];
+    const float *lse[8];
+    int64_t row_stride;
+    oscar_dtype dtype;
+    oscar_lse_base lse_base;
+    void *out_o;
+    float *out_lse;
+    int64_t out_row_stride;
+    uint32_t _end_canary;
+} oscar_merge_desc;
+
+OSCAR_API oscar_status oscar_merge_states(oscar_ctx *ctx, const oscar_merge_desc *desc, oscar_stream stream);
+
+/* ------------------------------------------------------------------------ */
 /* Calibration and rotation files                                            */
 #include "calib/oscar_calib_api.h"
 
@@ -414,6 +632,9 @@ OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool
 #include "src/oscar_setup.h"
 #include "src/oscar_pool.h"
 #include "src/oscar_dequant.h"
+#include "src/oscar_quantize.h"
+#include "src/oscar_decode.h"
+#include "src/oscar_merge.h"
 /* >>calib: covariance accumulation, rotation fitting, rotation files */
 #include "calib/oscar_calib.h"
 #endif /* OSCAR_IMPLEMENTATION */

@@ -50,6 +50,38 @@ OSCAR__PRIVATE void oscar__name_dequant(char *out, size_t cap, int head_dim, int
 /* Families registered by other parts of the implementation (defined later). */
 OSCAR__PRIVATE void oscar__registry_build_calib(void);
 
+OSCAR__PRIVATE void oscar__name_quantize(char *out, size_t cap, int head_dim, int group_size, oscar_dtype src) {
+    snprintf(out, cap, "oscar::quantize_kernel<%d, %d, %d>", head_dim, group_size,
+             src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+}
+
+/* Decode specialises the INT2 page size for 1 (SGLang) and 16 (FlashInfer,
+   vLLM); any other page size runs PAGE_SIZE = 0 (one division per token). */
+OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
+    return page_size == 1 || page_size == 16 ? page_size : 0;
+}
+OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
+OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
+                                       int group_ratio, int kv_dtype) {
+    switch (which) {
+    case 0:
+        snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__head_tiles(group_ratio));
+        break;
+    case 1:
+        snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
+                 kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+        break;
+    case 2:
+        snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d>", head_dim, group_size,
+                 oscar__decode_page_template(page_size), oscar__head_tiles(group_ratio));
+        break;
+    default: snprintf(out, cap, "oscar::decode_merge_kernel<%d>", head_dim); break;
+    }
+}
+OSCAR__PRIVATE void oscar__name_merge(char *out, size_t cap, int head_dim) {
+    snprintf(out, cap, "oscar::merge_states_kernel<%d>", head_dim);
+}
+
 OSCAR__PRIVATE void oscar__registry_build(void) {
     int d, g, ps;
     char name[192];
@@ -62,6 +94,41 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                 oscar__registry_add("dequant.cuh", "%s", name);
             }
         }
+    for (d = 0; d < 3; d++)
+        for (g = 0; g < 4; g++) {
+            int hd = oscar__head_dims[d], gs = oscar__group_sizes[g];
+            if (gs > hd) continue;
+            oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_BF16);
+            oscar__registry_add("quantize.cuh", "%s", name);
+            oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_F16);
+            oscar__registry_add("quantize.cuh", "%s", name);
+        }
+    for (d = 0; d < 3; d++) {
+        int hd = oscar__head_dims[d], nh, dt;
+        oscar__name_decode(name, sizeof name, 3, hd, hd, 1, 1, 0);
+        oscar__registry_add("decode.cuh", "%s", name);
+        for (nh = 1; nh <= 2; nh++)
+            for (dt = 0; dt < 2; dt++) {
+                oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16);
+                oscar__registry_add("decode.cuh", "%s", name);
+            }
+        for (g = 0; g < 4; g++) {
+            static const int pss[3] = {1, 16, 0};
+            int gs = oscar__group_sizes[g], pi;
+            if (gs > hd) continue;
+            for (nh = 1; nh <= 2; nh++) {
+                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh * 8, 0);
+                oscar__registry_add("decode.cuh", "%s", name);
+                for (pi = 0; pi < 3; pi++) {
+                    oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh * 8, 0);
+                    oscar__registry_add("decode.cuh", "%s", name);
+                }
+            }
+        }
+        oscar__name_merge(name, sizeof name, hd);
+        oscar__registry_add("merge.cuh", "%s", name);
+    }
+    oscar__registry_add("probe.cuh", "oscar::probe_read_kernel<4>");
     oscar__registry_build_calib();
 }
 

@@ -71,4 +71,81 @@ typedef struct oscar_dequant_params {
 OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_dequant_params) == 152, "oscar_dequant_params size");
 OSCAR_PARAMS_OFFSET_ASSERT(oscar_dequant_params, slot_dtype, 144);
 
+/* quantize.cuh: rows of K and V -> rotate -> clip -> INT2 codes + scales. */
+#define OSCAR_K_MAX_QUANT_LAYERS 48
+typedef struct oscar_quantize_layer {
+    oscar_u64 src_k, src_v;         /* source rows (bf16/f16) */
+    oscar_u64 rot_k, rot_v;         /* [D][D] f32 row-major, 0 = no rotation */
+    oscar_u64 k_codes, v_codes;     /* this layer's INT2 pool */
+    oscar_u64 k_scales, v_scales;
+} oscar_quantize_layer;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_layer) == 64, "oscar_quantize_layer size");
+
+typedef struct oscar_quantize_params {
+    oscar_pool_params pool;         /* destination geometry (its bases are unused: see layers) */
+    oscar_u64 src_slots;            /* 0: dense rows, token t is source slot t */
+    oscar_u64 dst_slots;            /* INT2 pool slot of token t */
+    oscar_i64 num_tokens;
+    oscar_i64 src_page_stride, src_token_stride, src_head_stride; /* elements */
+    oscar_i32 src_page_size;
+    oscar_i32 slot_dtype;           /* OSCAR_K_DTYPE_I32 / I64, both slot arrays */
+    oscar_i32 k_clip_index;         /* -1: no clipping; else tau = sorted|x|[index] */
+    oscar_i32 v_clip_index;
+    oscar_i32 lloyd_max;            /* 0: uniform min-max codes; 1: Lloyd-Max codes (G = 1 only) */
+    oscar_i32 num_layers;
+    oscar_quantize_layer layers[OSCAR_K_MAX_QUANT_LAYERS];
+} oscar_quantize_params;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 64 * OSCAR_K_MAX_QUANT_LAYERS,
+                           "oscar_quantize_params size");
+OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 168);
+
+/* decode.cuh: one decode step of attention over INT2 history + bf16 windows. */
+typedef struct oscar_decode_params {
+    oscar_pool_params pool;            /* INT2 pool of this layer */
+    oscar_u64 int2_indptr, int2_indices, int2_last_page_len; /* i32, CSR over INT2 pages */
+    oscar_u64 win_k, win_v;            /* the engine's bf16/f16 paged cache */
+    oscar_i64 win_page_stride, win_token_stride, win_head_stride; /* elements */
+    oscar_u64 win_indptr, win_indices, win_last_page_len;          /* i32, CSR over window pages */
+    oscar_u64 q, o, lse;               /* q [b][h][D], o [b][h][D], lse [b][h] f32 (0: none) */
+    oscar_i64 q_batch_stride, q_head_stride, o_batch_stride, o_head_stride; /* elements */
+    oscar_u64 rot_k, rot_v;            /* [D][D] f32 (0: none) */
+    oscar_u64 ws_q, ws_o, ws_lse;      /* workspace: q' [b][h][2][D] f32 (rotated, plain);
+                                          partial o [b][h][splits][D] f32; lse [b][h][splits] f32 (log2) */
+    float sm_scale;                    /* softmax scale applied to q.k */
+    float logit_cap;                   /* 0: none; else cap * tanh(s / cap) */
+    oscar_i32 win_page_size;
+    oscar_i32 batch_size;
+    oscar_i32 num_q_heads;
+    oscar_i32 group_ratio;             /* q heads per kv head */
+    oscar_i32 int2_splits;             /* split-KV CTAs per (request, kv head) over INT2 tokens */
+    oscar_i32 win_splits;              /* ... over window tokens */
+    oscar_i32 q_dtype, o_dtype, kv_dtype; /* OSCAR_K_DTYPE_*: q, o, window cache */
+    oscar_i32 lse_base;                /* 1: natural log, 2: base 2 */
+    oscar_i32 min_chunk;               /* smallest number of tokens a split takes */
+    oscar_i32 win_num_pages;           /* page ids outside [0, num_pages) are skipped */
+} oscar_decode_params;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_decode_params) == 336, "oscar_decode_params size");
+OSCAR_PARAMS_OFFSET_ASSERT(oscar_decode_params, sm_scale, 280);
+
+/* merge.cuh: exact merge of partial attention states. */
+typedef struct oscar_merge_params {
+    oscar_u64 o[8], lse[8];            /* states: o [rows][D] (row stride), lse f32 [rows] */
+    oscar_u64 out_o, out_lse;          /* out_lse 0: not written */
+    oscar_i64 num_rows, row_stride, out_row_stride; /* elements */
+    oscar_i32 num_states, dtype;       /* OSCAR_K_DTYPE_BF16 / F16 / F32 */
+    oscar_i32 lse_base;                /* 1: natural, 2: base 2 (inputs and output) */
+    oscar_i32 pad0;
+} oscar_merge_params;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_merge_params) == 184, "oscar_merge_params size");
+
+/* probe.cuh: memory probes for the benchmarks and the tuner. */
+typedef struct oscar_probe_params {
+    oscar_u64 ptr[8];
+    oscar_i64 bytes[8];               /* multiples of 16 are read; a tail is ignored */
+    oscar_u64 sink;                   /* u32 written only if the impossible happens (keeps the loads) */
+    oscar_i32 count;
+    oscar_i32 pad0;
+} oscar_probe_params;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_probe_params) == 144, "oscar_probe_params size");
+
 #endif /* OSCAR_K_PARAMS_H */

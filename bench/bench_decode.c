@@ -1,0 +1,311 @@
+/* bench/bench_decode.c -- one decode step of attention on the GPU, per shape:
+   oscar's INT2 decode (INT2 history + 320 bf16 window tokens, merged), the
+   read floor of its bytes (a kernel that only reads them with 16-byte
+   loads), oscar's BF16 decode over all tokens, and the copy bandwidth.
+   Inputs rotate among enough copies that the working set exceeds the L2.
+   Prints a table and writes bench/results/decode.md and .json.
+     usage: bench_decode [--quick] [--out DIR] [--int2-layout nhd|hnd] [--page N] */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+#include "bench_util.h"
+
+#include <math.h>
+
+typedef struct shape {
+    int B;
+    int64_t ctx;
+    int D;
+} shape;
+
+static uint64_t rs = 88172645463325252ULL;
+static uint64_t rnd(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return rs;
+}
+static double rnd_normal(void) {
+    double u = ((rnd() >> 11) + 1) * (1.0 / 9007199254740993.0), v = (rnd() >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+/* Device buffer of random contents: a host pattern of at most 16 MiB,
+   repeated (the host is slow at making gigabytes of normals). kind 0: random
+   bytes (codes), 1: bf16 normals, 2: f16 (scale, min) pairs. */
+static void *dev_fill(size_t bytes, int kind) {
+    size_t n = bytes < ((size_t)16 << 20) ? bytes : ((size_t)16 << 20), i, off;
+    uint8_t *h = malloc(n ? n : 16);
+    void *d;
+    if (kind == 0)
+        for (i = 0; i + 8 <= n; i += 8) {
+            uint64_t x = rnd();
+            memcpy(h + i, &x, 8);
+        }
+    else if (kind == 1)
+        for (i = 0; i + 2 <= n; i += 2) {
+            uint16_t x = oscar__f32_to_bf16((float)rnd_normal());
+            memcpy(h + i, &x, 2);
+        }
+    else
+        for (i = 0; i + 4 <= n; i += 4) {
+            double range = 1.0 + 2.0 * fabs(rnd_normal());
+            uint16_t s = oscar__f32_to_f16((float)(range / 3)), m = oscar__f32_to_f16((float)(-range / 2));
+            memcpy(h + i, &s, 2), memcpy(h + i + 2, &m, 2);
+        }
+    BU_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+    for (off = 0; off < bytes; off += n)
+        BU_CUDA(cudaMemcpy((char *)d + off, h, bytes - off < n ? bytes - off : n, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+/* CSR tables: every request has len tokens in pages of ps, page ids shuffled */
+static void make_tables(int B, int64_t len, int ps, int32_t **d_ip, int32_t **d_idx, int32_t **d_last, int32_t *num_pages) {
+    int64_t np = (len + ps - 1) / ps, total = (int64_t)B * np, i;
+    int32_t *ip = malloc(sizeof(int32_t) * (size_t)(B + 1)), *idx = malloc(sizeof(int32_t) * (size_t)(total + 1)),
+            *last = malloc(sizeof(int32_t) * (size_t)B);
+    int b;
+    for (i = 0; i < total; i++) idx[i] = (int32_t)i;
+    for (i = total - 1; i > 0; i--) { /* pages in random order, as an allocator hands them out over time */
+        int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1));
+        int32_t t = idx[i];
+        idx[i] = idx[j], idx[j] = t;
+    }
+    for (b = 0; b <= B; b++) ip[b] = (int32_t)(b * np);
+    for (b = 0; b < B; b++) last[b] = np ? (int32_t)(len - (np - 1) * ps) : 1;
+    BU_CUDA(cudaMalloc((void **)d_ip, sizeof(int32_t) * (size_t)(B + 1)));
+    BU_CUDA(cudaMalloc((void **)d_idx, sizeof(int32_t) * (size_t)(total + 1)));
+    BU_CUDA(cudaMalloc((void **)d_last, sizeof(int32_t) * (size_t)B));
+    BU_CUDA(cudaMemcpy(*d_ip, ip, sizeof(int32_t) * (size_t)(B + 1), cudaMemcpyHostToDevice));
+    BU_CUDA(cudaMemcpy(*d_idx, idx, sizeof(int32_t) * (size_t)(total + 1), cudaMemcpyHostToDevice));
+    BU_CUDA(cudaMemcpy(*d_last, last, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
+    *num_pages = (int32_t)(total + 1);
+    free(ip), free(idx), free(last);
+}
+
+typedef struct dset { /* one copy of everything a step reads */
+    void *kc, *vc, *ks, *vs, *wk, *wv, *q;
+} dset;
+
+typedef struct run_arg {
+    oscar_ctx *ctx;
+    oscar_decode_plan_info *plan;
+    oscar_decode_run_desc *rd;
+    oscar_int2_pool_desc *pool;
+    oscar_window_pool_desc *win;
+    dset *sets;
+    int nsets;
+    /* read floor */
+    const void *ptrs[8];
+    size_t bytes[8];
+    int nptr;
+    void *sink;
+} run_arg;
+
+static void run_decode(void *arg, int rep) {
+    run_arg *a = (run_arg *)arg;
+    dset *s = &a->sets[rep % a->nsets];
+    a->pool->k_codes = s->kc, a->pool->v_codes = s->vc, a->pool->k_scales = s->ks, a->pool->v_scales = s->vs;
+    a->win->k = s->wk, a->win->v = s->wv;
+    a->rd->q = s->q;
+    BU_OK(a->ctx, oscar_decode_run(a->ctx, a->plan, a->rd, NULL));
+}
+static void run_floor(void *arg, int rep) {
+    run_arg *a = (run_arg *)arg;
+    dset *s = &a->sets[rep % a->nsets];
+    const void *p[8];
+    int i;
+    for (i = 0; i < a->nptr; i++) p[i] = a->ptrs[i];
+    /* the same buffers as the decode reads, in this copy */
+    p[0] = s->kc, p[1] = s->vc, p[2] = s->ks, p[3] = s->vs, p[4] = s->wk, p[5] = s->wv, p[6] = s->q;
+    BU_OK(a->ctx, oscar__probe_read(a->ctx, p, a->bytes, a->nptr, a->sink, NULL));
+}
+
+int main(int argc, char **argv) {
+    static const shape full[] = {{1, 8192, 128},   {1, 32768, 128}, {1, 131072, 128}, {8, 32768, 128}, {32, 8192, 128},
+                                 {32, 32768, 128}, {128, 4096, 128}, {8, 32768, 64},   {8, 32768, 256}};
+    static const shape quick[] = {{1, 32768, 128}, {8, 32768, 128}};
+    const shape *shapes = full;
+    int nshapes = (int)(sizeof full / sizeof full[0]);
+    const char *out_dir = OSCAR_RESULTS_DIR;
+    oscar_kv_layout int2_layout = OSCAR_KV_LAYOUT_HND;
+    int int2_ps = 16;
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    bu_report rep;
+    char md[1024], js[2048];
+    int si, i;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--int2-layout") && i + 1 < argc)
+            int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
+        else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
+    }
+    if (oscar_setup(&desc, &ctx) != OSCAR_OK) {
+        printf("bench_decode needs a CUDA GPU: %s\n", oscar_last_error(NULL));
+        return 0;
+    }
+    bu_report_open(&rep, "decode", argc, argv, out_dir);
+    bu_report_begin(
+        &rep, bu_copy_bandwidth_tbps(0),
+        "| batch x context | D | INT2 tokens/req | oscar INT2 decode (us) | bytes | TB/s | of copy BW | read floor (us) "
+        "| / floor | BF16 decode (us) | speed-up vs BF16 | splits |",
+        "32 query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
+        "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; R_k and R_v applied "
+        "(q rotated in the kernel, the INT2 output brought back with R_v^T). Bytes = INT2 codes + scales + window "
+        "K/V + q + page tables read, o written. Read floor = a kernel that only reads those bytes (16-byte loads). "
+        "BF16 decode = oscar's bf16 paged decode kernel over all tokens (same pages, no rotation). Medians of 30 "
+        "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2.");
+    printf("copy bandwidth %.3f TB/s\n", rep.copy_tbps);
+    printf("%-12s %4s %10s %10s %8s %7s %10s %7s %10s %8s\n", "shape", "D", "oscar us", "TB/s", "of copy", "floor us",
+           "/floor", "bf16 us", "speedup", "splits");
+    for (si = 0; si < nshapes; si++) {
+        const shape *S = &shapes[si];
+        const int Hq = 32, Hkv = 8, D = S->D, wps = 16;
+        const int64_t W = S->ctx < 320 ? S->ctx : 320, L = S->ctx - W;
+        int32_t *d_ip, *d_idx, *d_last, *d_wip, *d_widx, *d_wlast, int2_pages, win_pages;
+        oscar_int2_pool_desc pool = {0};
+        oscar_window_pool_desc win = {0};
+        oscar_decode_plan_desc pd = {0};
+        oscar_decode_plan_info plan, plan_bf16;
+        oscar_decode_run_desc rd = {0};
+        size_t code_bytes, scale_bytes, win_bytes, q_bytes, set_bytes, ws_bytes;
+        dset *sets;
+        int nsets, k;
+        void *ws, *o, *rk, *rv, *sink;
+        run_arg a;
+        double us, spread, floor_us, bf16_us = 0, bytes, tbps;
+        make_tables(S->B, L, int2_ps, &d_ip, &d_idx, &d_last, &int2_pages);
+        make_tables(S->B, W, wps, &d_wip, &d_widx, &d_wlast, &win_pages);
+        pool.head_dim = D, pool.num_kv_heads = Hkv, pool.num_pages = int2_pages, pool.page_size = int2_ps;
+        pool.layout = int2_layout;
+        BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
+        win.num_pages = win_pages, win.page_size = wps;
+        win_bytes = (size_t)win_pages * wps * Hkv * D * 2;
+        q_bytes = (size_t)S->B * Hq * D * 2;
+        set_bytes = 2 * code_bytes + 2 * scale_bytes + 2 * win_bytes + q_bytes;
+        nsets = (int)((256u << 20) / set_bytes) + 1;
+        if (nsets > 48) nsets = 48;
+        sets = calloc((size_t)nsets, sizeof *sets);
+        for (k = 0; k < nsets; k++) {
+            sets[k].kc = dev_fill(code_bytes, 0), sets[k].vc = dev_fill(code_bytes, 0);
+            sets[k].ks = dev_fill(scale_bytes, 2), sets[k].vs = dev_fill(scale_bytes, 2);
+            sets[k].wk = dev_fill(win_bytes, 1), sets[k].wv = dev_fill(win_bytes, 1), sets[k].q = dev_fill(q_bytes, 1);
+        }
+        {
+            float *R = malloc(sizeof(float) * (size_t)D * D);
+            int x, y;
+            for (x = 0; x < D; x++)
+                for (y = 0; y < D; y++) R[x * D + y] = (__builtin_popcount((unsigned)(x & y)) & 1 ? -1.0f : 1.0f) / sqrtf((float)D);
+            BU_CUDA(cudaMalloc(&rk, sizeof(float) * (size_t)D * D));
+            BU_CUDA(cudaMalloc(&rv, sizeof(float) * (size_t)D * D));
+            BU_CUDA(cudaMemcpy(rk, R, sizeof(float) * (size_t)D * D, cudaMemcpyHostToDevice));
+            BU_CUDA(cudaMemcpy(rv, R, sizeof(float) * (size_t)D * D, cudaMemcpyHostToDevice));
+            free(R);
+        }
+        pd.num_q_heads = Hq, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = S->B;
+        pd.max_int2_tokens = L, pd.max_window_tokens = (int32_t)W;
+        BU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+        BU_CUDA(cudaMalloc(&ws, plan.workspace_bytes));
+        BU_CUDA(cudaMalloc(&o, q_bytes));
+        BU_CUDA(cudaMalloc(&sink, 64));
+        rd.int2_pool = &pool, rd.window_pool = &win;
+        rd.int2_pages.indptr = d_ip, rd.int2_pages.indices = d_idx, rd.int2_pages.last_page_len = d_last;
+        rd.window_pages.indptr = d_wip, rd.window_pages.indices = d_widx, rd.window_pages.last_page_len = d_wlast;
+        rd.o = o, rd.k_rotation = rk, rd.v_rotation = rv, rd.sm_scale = 1.0f / sqrtf((float)D);
+        rd.workspace = ws, rd.workspace_bytes = plan.workspace_bytes;
+        memset(&a, 0, sizeof a);
+        a.ctx = ctx, a.plan = &plan, a.rd = &rd, a.pool = &pool, a.win = &win, a.sets = sets, a.nsets = nsets;
+        us = bu_time_us(run_decode, &a, 5, 30, &spread);
+        {
+            /* no NaN in the output */
+            uint16_t *h = malloc(q_bytes);
+            size_t j, bad = 0;
+            BU_CUDA(cudaMemcpy(h, o, q_bytes, cudaMemcpyDeviceToHost));
+            for (j = 0; j < q_bytes / 2; j++) bad += (h[j] & 0x7F80) == 0x7F80;
+            if (bad) printf("warning: %zu non-finite outputs\n", bad);
+            free(h);
+        }
+        /* the bytes a step must read, and the read floor over the same buffers */
+        a.nptr = 8;
+        a.bytes[0] = a.bytes[1] = (size_t)S->B * (size_t)((L + int2_ps - 1) / int2_ps) * int2_ps * Hkv * (D / 4);
+        a.bytes[2] = a.bytes[3] = (size_t)S->B * (size_t)((L + int2_ps - 1) / int2_ps) * int2_ps * Hkv * 4;
+        a.bytes[4] = a.bytes[5] = (size_t)S->B * (size_t)((W + wps - 1) / wps) * wps * Hkv * D * 2;
+        a.bytes[6] = q_bytes;
+        a.ptrs[7] = d_idx, a.bytes[7] = (size_t)(S->B * ((L + int2_ps - 1) / int2_ps)) * 4 + 16;
+        if (a.bytes[0] == 0) a.bytes[0] = a.bytes[1] = a.bytes[2] = a.bytes[3] = 16;
+        a.sink = sink;
+        floor_us = bu_time_us(run_floor, &a, 5, 30, NULL);
+        bytes = (double)(a.bytes[0] + a.bytes[1] + a.bytes[2] + a.bytes[3] + a.bytes[4] + a.bytes[5] + a.bytes[6] +
+                         a.bytes[7]) + (double)q_bytes;
+        tbps = bytes / (us * 1e-6) / 1e12;
+        /* BF16 baseline: every token in a bf16 paged cache */
+        {
+            int32_t *b_ip, *b_idx, *b_last, bpages;
+            oscar_window_pool_desc bw = {0};
+            oscar_int2_pool_desc bp = pool;
+            oscar_decode_plan_desc bd = {0};
+            oscar_decode_run_desc br = rd;
+            size_t bbytes;
+            int nb, kb;
+            dset *bsets;
+            run_arg ba;
+            make_tables(S->B, S->ctx, wps, &b_ip, &b_idx, &b_last, &bpages);
+            bw.num_pages = bpages, bw.page_size = wps;
+            bbytes = (size_t)bpages * wps * Hkv * D * 2;
+            nb = (int)((256u << 20) / (2 * bbytes)) + 1;
+            if (nb > 16) nb = 16;
+            bsets = calloc((size_t)nb, sizeof *bsets);
+            for (kb = 0; kb < nb; kb++) {
+                bsets[kb] = sets[kb % nsets];
+                bsets[kb].wk = dev_fill(bbytes, 1), bsets[kb].wv = dev_fill(bbytes, 1);
+            }
+            bd.num_q_heads = Hq, bd.int2_pool = &bp, bd.window_pool = &bw, bd.batch_size = S->B;
+            bd.max_int2_tokens = 0, bd.max_window_tokens = (int32_t)S->ctx;
+            BU_OK(ctx, oscar_decode_plan(ctx, &bd, &plan_bf16));
+            ws_bytes = plan_bf16.workspace_bytes;
+            {
+                void *bws;
+                BU_CUDA(cudaMalloc(&bws, ws_bytes));
+                br.window_pool = &bw;
+                br.window_pages.indptr = b_ip, br.window_pages.indices = b_idx, br.window_pages.last_page_len = b_last;
+                br.k_rotation = br.v_rotation = NULL;
+                br.workspace = bws, br.workspace_bytes = ws_bytes;
+                memset(&ba, 0, sizeof ba);
+                ba.ctx = ctx, ba.plan = &plan_bf16, ba.rd = &br, ba.pool = &bp, ba.win = &bw, ba.sets = bsets, ba.nsets = nb;
+                bf16_us = bu_time_us(run_decode, &ba, 5, 30, NULL);
+                cudaFree(bws);
+            }
+            for (kb = 0; kb < nb; kb++) cudaFree(bsets[kb].wk), cudaFree(bsets[kb].wv);
+            free(bsets);
+            cudaFree(b_ip), cudaFree(b_idx), cudaFree(b_last);
+        }
+        printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d\n", S->B, (long long)S->ctx, D, us,
+               tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us, bf16_us / us, plan.int2_splits,
+               plan.window_splits);
+        snprintf(md, sizeof md, "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %d + %d |",
+                 S->B, (long long)S->ctx, D, (long long)L, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps, floor_us,
+                 us / floor_us, bf16_us, bf16_us / us, plan.int2_splits, plan.window_splits);
+        snprintf(js, sizeof js,
+                 "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
+                 "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "
+                 "\"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f, \"read_floor_us\": %.2f, \"ratio_to_floor\": %.3f, "
+                 "\"bf16_time_us\": %.2f, \"speedup_vs_bf16\": %.3f, \"int2_splits\": %d, \"window_splits\": %d}",
+                 S->B, (long long)S->ctx, D, (long long)L, (long long)W, int2_ps,
+                 int2_layout == OSCAR_KV_LAYOUT_HND ? "HND" : "NHD", us, spread, bytes, tbps, tbps / rep.copy_tbps, floor_us,
+                 us / floor_us, bf16_us, bf16_us / us, plan.int2_splits, plan.window_splits);
+        bu_report_row(&rep, md, js);
+        for (k = 0; k < nsets; k++)
+            cudaFree(sets[k].kc), cudaFree(sets[k].vc), cudaFree(sets[k].ks), cudaFree(sets[k].vs), cudaFree(sets[k].wk),
+                cudaFree(sets[k].wv), cudaFree(sets[k].q);
+        free(sets);
+        cudaFree(ws), cudaFree(o), cudaFree(rk), cudaFree(rv), cudaFree(sink);
+        cudaFree(d_ip), cudaFree(d_idx), cudaFree(d_last), cudaFree(d_wip), cudaFree(d_widx), cudaFree(d_wlast);
+    }
+    bu_report_close(&rep);
+    {
+        oscar_jit_stats s;
+        oscar_query_jit_stats(ctx, &s);
+        printf("JIT: %lld compiled (%.0f ms), %lld disk hits\n", (long long)s.compiles, s.compile_ms, (long long)s.disk_hits);
+    }
+    oscar_shutdown(ctx);
+    return 0;
+}

@@ -1,0 +1,1023 @@
+/* oscar_kernels/decode.cuh -- one decode step of attention for a batch of
+   requests: INT2 history in oscar's pool + bf16/f16 sink and recent windows
+   in the engine's own paged cache, split-KV, merged exactly.
+
+   Four kernels, launched in this order by oscar_decode_run:
+     decode_prep_kernel<D>          q -> q' = q @ R_k (the INT2 part's query) and
+                                    the plain q, both pre-scaled, in f32
+     decode_window_kernel<D,NH>     bf16/f16 paged tokens (sink + recent; also the
+                                    BF16 baseline over a whole context)
+     decode_int2_kernel<D,GS,PS,NH> INT2 paged tokens, dequantized on the fly
+     decode_merge_kernel<D>         splits -> INT2 part @ R_v^T -> merge with the
+                                    window part -> o, lse
+   q  [batch][q heads][D] bf16|f16 (strides)       o [batch][q heads][D] bf16|f16
+   INT2 pool as oscar_int2_pool_desc; pages listed per request in CSR form
+   (indptr[batch+1], indices, last_page_len[batch]) as FlashInfer does; the
+   window cache likewise with its own CSR table.
+   workspace: q' [b][h][2][D] f32, partial o [b][h][splits][D] f32, lse [b][h][splits] f32.
+
+   The INT2 tier never dequantizes into memory or registers as values:
+     s[t,h]  = sum_g scale[t,g] * (q' . codes[t, group g]) + sum_g min[t,g] * sum_{d in g} q'[h,d]
+     o[h,d]  = sum_t codes[t,d] * (p[t,h] * scale[t,g(d)]) + sum_t p[t,h] * min[t,g(d)]
+   so the tensor cores see the raw codes (exact small integers): q' in f16
+   against codes in f16 (mma m16n8k16, f32 accumulation), and p*scale in bf16
+   against codes in bf16. Each thread unpacks code bytes with one LOP3 and one
+   HFMA2 per pair. Dims are permuted inside a k-step / m-tile so that a
+   thread's fragment elements come from the bytes ldmatrix gave it (a dot
+   product is order-free); the output dims are mapped back when stored.
+   GQA heads are the mma's N dimension (8 per n-tile, NH n-tiles), tokens the
+   M (QK) or K (PV) dimension; p moves from the S layout to the B layout with
+   movmatrix. Softmax is online in base 2 with f32 state per head.
+   v3: p (and p * scale) as hi + lo too: o within ~1e-3 of float64 (bf16 output).
+   v2: q' as f16 hi + lo (logits to ~1e-6); prep/merge rebuilt for latency; PDL.
+   v1: first version (lse off by ~3e-3 at logits ~20; merge latency-bound). */
+#ifndef OSCAR_K_DECODE_CUH
+#define OSCAR_K_DECODE_CUH
+
+#include "common.cuh"
+
+namespace oscar {
+namespace detail {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ u32 hfma2_f16(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ u32 hfma2_bf16(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+/* {lo, hi} floats -> packed 16-bit pair of DTYPE */
+template <int DTYPE>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+    u32 d;
+    if constexpr (DTYPE == OSCAR_K_DTYPE_F16)
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+/* Programmatic dependent launch (sm_90): a kernel may start while the one
+   before it in the stream finishes; it waits here before touching what that
+   one wrote, and lets the next one start early. Every CTA waits before it
+   exits, so a grid's completion implies its predecessors'. No-ops below sm_90. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Workspace regions of the prepared queries (see decode_prep_kernel). */
+template <int D>
+struct q_workspace {
+    __device__ static const float *plain(const oscar_decode_params &p, int b, int h) {
+        return reinterpret_cast<const float *>(p.ws_q) + (static_cast<i64>(b) * p.num_q_heads + h) * D;
+    }
+    __device__ static uint4 *frags(const oscar_decode_params &p) {
+        return reinterpret_cast<uint4 *>(p.ws_q + static_cast<u64>(p.batch_size) * p.num_q_heads * D * 4);
+    }
+    __device__ static float *sums(const oscar_decode_params &p, int nh_tiles, int ksteps) {
+        return reinterpret_cast<float *>(reinterpret_cast<u8 *>(frags(p)) +
+                                         static_cast<u64>(p.batch_size) * p.pool.num_kv_heads * nh_tiles * ksteps * 32 * 16);
+    }
+};
+
+/* (x0, x1) as a 16-bit pair hi and the remainder lo, both moved to the mma
+   B layout (movmatrix): hi + lo carries ~16 significant bits. */
+template <int DTYPE>
+__device__ __forceinline__ void split_pair(float x0, float x1, u32 &hi, u32 &lo) {
+    const u32 h = pack2<DTYPE>(x0, x1);
+    const float h0 = to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)), h1 = to_f32<DTYPE>(static_cast<u16>(h >> 16));
+    hi = movmatrix_trans(h);
+    lo = movmatrix_trans(pack2<DTYPE>(x0 - h0, x1 - h1));
+}
+
+/* Exact codes of quarter k of bytes (0, 2) of r as two f16 values: the
+   code lands in the mantissa of 1024 + code*4^k, then one FMA scales and
+   removes the offset. */
+template <int k>
+__device__ __forceinline__ u32 code_pair_f16(u32 r) {
+    constexpr u32 mul = k == 0 ? 0x3C003C00u : k == 1 ? 0x34003400u : k == 2 ? 0x2C002C00u : 0x24002400u;
+    constexpr u32 add = k == 0 ? 0xE400E400u : k == 1 ? 0xDC00DC00u : k == 2 ? 0xD400D400u : 0xCC00CC00u;
+    return hfma2_f16((r & (0x00030003u << (2 * k))) | 0x64006400u, mul, add);
+}
+/* The same as bf16 values (128 + code*4^k; quarter 3 is shifted down first
+   because code*64 would reach bf16's exponent bits). */
+template <int k>
+__device__ __forceinline__ u32 code_pair_bf16(u32 r) {
+    if constexpr (k == 3) return code_pair_bf16<1>(r >> 4);
+    constexpr u32 mul = k == 0 ? 0x3F803F80u : k == 1 ? 0x3E803E80u : 0x3D803D80u;
+    constexpr u32 add = k == 0 ? 0xC300C300u : k == 1 ? 0xC200C200u : 0xC100C100u;
+    return hfma2_bf16((r & (0x00030003u << (2 * k))) | 0x43004300u, mul, add);
+}
+
+/* Where the fragment elements of k-step ks (QK) and m-tile mt (PV) come from
+   in a packed row: for D >= 128, 32-byte block bk, byte-in-pair i/j, quarter
+   k; for D = 64, one 16-byte block. Natural dims of this lane's elements: */
+template <int D>
+struct int2_map {
+    static constexpr int Q4 = D / 4;
+    /* QK, A operand column 2c + {0, 1} (e = 0, 1) and 2c + 8 + {0, 1} (e = 2, 3) */
+    __device__ static int k_dim(int ks, int c, int e) {
+        if constexpr (D == 64) {
+            const int base = 16 * ks + 4 * c;
+            return base + (e == 0 ? 0 : e == 1 ? 2 : e == 2 ? 1 : 3);
+        } else {
+            const int bk = ks / 8, i = (ks % 8) / 4, k = ks % 4;
+            const int base = 32 * bk + k * Q4 + 4 * c + i;
+            return base + (e == 0 ? 0 : e == 1 ? 2 : e == 2 ? 16 : 18);
+        }
+    }
+    __device__ static constexpr int k_group_base(int ks) {
+        return D == 64 ? 16 * ks : 32 * (ks / 8) + (ks % 4) * Q4;
+    }
+    /* PV, A operand row g (half 0) or g + 8 (half 1) */
+    __device__ static int v_dim(int mt, int g, int half) {
+        if constexpr (D == 64) {
+            return 16 * mt + 2 * g + half;
+        } else {
+            const int bk = mt / 8, j = (mt % 8) / 4, k = mt % 4;
+            return 32 * bk + k * Q4 + 2 * g + j + 16 * half;
+        }
+    }
+    __device__ static constexpr int v_group_base(int mt) {
+        return D == 64 ? 16 * mt : 32 * (mt / 8) + (mt % 4) * Q4;
+    }
+};
+
+/* Byte offset of 16-byte chunk ch of row r in a [rows][row_bytes] tile,
+   swizzled so that ldmatrix's 8 consecutive rows fall in 8 different 16-byte
+   bank groups. */
+template <int ROW_BYTES>
+__device__ __forceinline__ u32 tile_off(int r, int ch) {
+    constexpr int CH = ROW_BYTES / 16;
+    if constexpr (CH == 1) {
+        return static_cast<u32>(r * 16);
+    } else if constexpr (CH < 8) {
+        return static_cast<u32>(r * ROW_BYTES + ((ch ^ ((r / (8 / CH)) & (CH - 1))) << 4));
+    } else {
+        return static_cast<u32>(r * ROW_BYTES + ((ch ^ (r & 7)) << 4));
+    }
+}
+
+__device__ __forceinline__ void cp_async8(u32 dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+/* Number of tokens of request b in a CSR page table. */
+template <int PAGE_SIZE>
+__device__ __forceinline__ int csr_tokens(const int *indptr, const int *last_len, int b, int runtime_ps) {
+    const int n = indptr[b + 1] - indptr[b];
+    const int ps = PAGE_SIZE > 0 ? PAGE_SIZE : runtime_ps;
+    return n > 0 ? (n - 1) * ps + last_len[b] : 0;
+}
+
+/* This split's token range [start, end) of a request of len tokens. */
+__device__ __forceinline__ void split_range(int len, int splits, int split, int align, int min_chunk, int &start,
+                                            int &end) {
+    int chunk = (len + splits - 1) / splits;
+    chunk = max(chunk, min_chunk);
+    chunk = (chunk + align - 1) / align * align;
+    start = split * chunk;
+    end = min(len, start + chunk);
+}
+
+/* ---- per-warp online softmax over the heads of one CTA -------------------- */
+/* Lane (g, c) owns heads nh*8 + 2c + e of every n-tile. */
+template <int NH>
+struct softmax_state {
+    float m[NH][2];
+    float l[NH][2];
+    __device__ void init() {
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) m[nh][0] = m[nh][1] = neg_inf(), l[nh][0] = l[nh][1] = 0.f;
+    }
+};
+
+/* New running max of each head over SUB 16-token sub-tiles of logits s
+   (C fragments: [sub][nh][i], i = e + 2 * half); returns the factor the old
+   state must be scaled by, and the reference the exponentials subtract. */
+template <int NH, int SUB>
+__device__ __forceinline__ void softmax_rescale(softmax_state<NH> &st, const float (&s)[SUB][NH][4],
+                                                float (&alpha)[NH][2], float (&ref)[NH][2]) {
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float mx = neg_inf();
+#pragma unroll
+            for (int sub = 0; sub < SUB; sub++) mx = fmaxf(mx, fmaxf(s[sub][nh][e], s[sub][nh][e + 2]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float m_new = fmaxf(st.m[nh][e], mx);
+            ref[nh][e] = m_new == neg_inf() ? 0.f : m_new;
+            alpha[nh][e] = ex2(st.m[nh][e] - ref[nh][e]);
+            st.m[nh][e] = m_new;
+            st.l[nh][e] *= alpha[nh][e];
+        }
+}
+
+/* The end of a warp's work: reduce l (and per-group extras) over the 8 row
+   lanes; write the warp's unnormalised output and (m, l) to shared memory;
+   then the CTA combines its warps and writes one partial state. */
+template <int D, int NH, int WARPS>
+struct cta_combine {
+    /* smem: m[WARPS][NH*8], l[WARPS][NH*8], o[WARPS][NH*8][D] f32 */
+    static constexpr int BYTES = WARPS * NH * 8 * (2 + D) * 4;
+    __device__ static float *m_of(u8 *smem, int w) { return reinterpret_cast<float *>(smem) + w * NH * 8; }
+    __device__ static float *l_of(u8 *smem, int w) { return reinterpret_cast<float *>(smem) + (WARPS + w) * NH * 8; }
+    __device__ static float *o_of(u8 *smem, int w, int h) {
+        return reinterpret_cast<float *>(smem) + 2 * WARPS * NH * 8 + (w * NH * 8 + h) * D;
+    }
+    /* all warps have stored; write the CTA's partial (o normalised, lse base 2) */
+    __device__ static void finish(u8 *smem, const oscar_decode_params &p, int b, int kvh, int split_slot) {
+        const int r = p.group_ratio, splits = p.int2_splits + p.win_splits;
+        for (int i = threadIdx.x; i < r * D; i += blockDim.x) {
+            const int h = i / D, d = i % D;
+            float m = neg_inf();
+#pragma unroll
+            for (int w = 0; w < WARPS; w++) m = fmaxf(m, m_of(smem, w)[h]);
+            float L = 0.f, O = 0.f;
+            if (m != neg_inf()) {
+#pragma unroll
+                for (int w = 0; w < WARPS; w++) {
+                    const float f = ex2(m_of(smem, w)[h] - m);
+                    L += f * l_of(smem, w)[h];
+                    O += f * o_of(smem, w, h)[d];
+                }
+            }
+            const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + h) * splits + split_slot;
+            reinterpret_cast<float *>(p.ws_o)[row * D + d] = L > 0.f ? O / L : 0.f;
+            if (d == 0) reinterpret_cast<float *>(p.ws_lse)[row] = L > 0.f ? m + __log2f(L) : neg_inf();
+        }
+    }
+};
+
+/* An empty split: lse = -inf so the merge skips it. */
+__device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, int b, int kvh, int split_slot) {
+    pdl_wait();
+    const int r = p.group_ratio, splits = p.int2_splits + p.win_splits;
+    for (int h = threadIdx.x; h < r; h += blockDim.x)
+        reinterpret_cast<float *>(p.ws_lse)[(static_cast<i64>(b) * p.num_q_heads + kvh * r + h) * splits + split_slot] =
+            neg_inf();
+}
+
+}  // namespace detail
+
+/* ======================================================================== */
+/* Queries, once per step: q scaled so logits come out in base 2 (for the   */
+/* window tier), and q' = q @ R_k for the INT2 tier, already split into f16 */
+/* hi + lo parts and laid out as each lane's mma B fragments, with the     */
+/* per-group sums the INT2 kernel adds for the group minima.               */
+/* Grid (batch, kv heads), 256 threads; R_k goes through shared memory in   */
+/* row chunks of 64 KB, loaded with every load in flight at once.           */
+template <int HEAD_DIM, int GROUP_SIZE, int NH>
+__global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, KS = D / 16, THREADS = 256;
+    constexpr int PARTS = THREADS / D;                     /* threads per output column */
+    constexpr int CHUNK_ROWS = (16384 / D) < D ? 16384 / D : D; /* 64 KB of f32 rows */
+    using MAP = int2_map<D>;
+    using QW = q_workspace<D>;
+    extern __shared__ __align__(16) u8 smem[];
+    float *rs = reinterpret_cast<float *>(smem);           /* [CHUNK_ROWS][D] */
+    __shared__ float qs[16][D];
+    __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][16][D];
+    pdl_launch_next();
+    const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
+    const float scale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
+    pdl_wait(); /* the previous step's merge may still read this workspace */
+    for (int i = t; i < r * D; i += THREADS) {
+        const int j = i / D, d = i % D;
+        const u16 *q = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + (kvh * r + j) * p.q_head_stride;
+        const float x = (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(q[d]) : bf16_to_f32(q[d])) * scale;
+        qs[j][d] = x;
+        const_cast<float *>(QW::plain(p, b, kvh * r + j))[d] = x;
+    }
+    __syncthreads();
+    const float *R = reinterpret_cast<const float *>(p.rot_k);
+    const int n = t % D, part = t / D;
+    float acc[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) acc[j] = 0.f;
+    if (R) {
+        for (int row0 = 0; row0 < D; row0 += CHUNK_ROWS) {
+            constexpr int F4 = CHUNK_ROWS * D / 4 / THREADS; /* float4 loads per thread */
+            float4 v[F4];
+#pragma unroll
+            for (int u = 0; u < F4; u++) v[u] = reinterpret_cast<const float4 *>(R + static_cast<i64>(row0) * D)[t + u * THREADS];
+#pragma unroll
+            for (int u = 0; u < F4; u++) reinterpret_cast<float4 *>(rs)[t + u * THREADS] = v[u];
+            __syncthreads();
+            for (int d = part; d < CHUNK_ROWS; d += PARTS) {
+                const float rv = rs[d * D + n];
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    if (j < r) acc[j] = fmaf(qs[j][row0 + d], rv, acc[j]);
+            }
+            __syncthreads();
+        }
+        if (part > 0)
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                if (j < r) part_sum[part - 1][j][n] = acc[j];
+        __syncthreads();
+        if (part == 0)
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                if (j >= r) break;
+                float x = acc[j];
+#pragma unroll
+                for (int q = 1; q < PARTS; q++) x += part_sum[q - 1][j][n];
+                acc[j] = x;
+            }
+        __syncthreads();
+        if (part == 0)
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                if (j < r) qs[j][n] = acc[j]; /* qs now holds q' */
+        __syncthreads();
+    }
+    /* lane fragments: uint4 {hi b0, hi b1, lo b0, lo b1} per (n-tile, k-step, lane) */
+    uint4 *frag = QW::frags(p) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * KS * 32;
+    for (int i = t; i < NH * KS * 32; i += THREADS) {
+        const int nh = i / (KS * 32), ks = (i / 32) % KS, lane = i % 32, g = lane >> 2, c = lane & 3;
+        const int h = nh * 8 + g;
+        float v[4], hv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[e] = h < r ? qs[h][MAP::k_dim(ks, c, e)] : 0.f;
+            hv[e] = f16_to_f32(f32_to_f16(v[e]));
+        }
+        frag[i] = make_uint4(pack2<OSCAR_K_DTYPE_F16>(hv[0], hv[1]), pack2<OSCAR_K_DTYPE_F16>(hv[2], hv[3]),
+                             pack2<OSCAR_K_DTYPE_F16>(v[0] - hv[0], v[1] - hv[1]),
+                             pack2<OSCAR_K_DTYPE_F16>(v[2] - hv[2], v[3] - hv[3]));
+    }
+    float *sums = QW::sums(p, NH, KS) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * 8 * G;
+    for (int i = t; i < NH * 8 * G; i += THREADS) {
+        const int h = i / G, grp = i % G;
+        float s = 0.f;
+        if (h < r)
+            for (int d = grp * GROUP_SIZE; d < (grp + 1) * GROUP_SIZE; d++) {
+                const float hi = f16_to_f32(f32_to_f16(qs[h][d]));
+                s += hi + f16_to_f32(f32_to_f16(qs[h][d] - hi));
+            }
+        sums[i] = s;
+    }
+}
+
+/* ======================================================================== */
+/* INT2 tier                                                                 */
+template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int NH>
+__global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KS = D / 16, MT = D / 16;
+    constexpr int TOK = 32, STAGES = 4, WARPS = 4, SC = 8 * G; /* scale bytes reserved per token and side */
+    constexpr int CODE_BYTES = TOK * Q4, STAGE_BYTES = 2 * CODE_BYTES + 2 * TOK * SC;
+    constexpr int NBLK = D >= 128 ? Q4 / 32 : 1;
+    using MAP = int2_map<D>;
+    using COMB = cta_combine<D, NH, WARPS>;
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    static_assert(D % GROUP_SIZE == 0 && GROUP_SIZE >= 32, "group size");
+
+    extern __shared__ __align__(16) u8 smem[];
+
+    pdl_launch_next();
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int r = p.group_ratio;
+    const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
+    const int *indices = reinterpret_cast<const int *>(p.int2_indices);
+    const int ps = PAGE_SIZE > 0 ? PAGE_SIZE : p.pool.page_size;
+    const int len = csr_tokens<PAGE_SIZE>(indptr, reinterpret_cast<const int *>(p.int2_last_page_len), b, ps);
+    int start, end;
+    split_range(len, p.int2_splits, split, TOK, p.min_chunk, start, end);
+    if (start >= end) {
+        write_empty_split(p, b, kvh, split);
+        return;
+    }
+    const int page0 = indptr[b];
+
+    /* ---- q' fragments (prepared by decode_prep_kernel): q' = hi + lo, both
+       f16, so the logits keep f32-like precision (q' in one f16 alone moves
+       logits of ~20 by ~3e-3); and the per-group sums of the same values */
+    pdl_wait();
+    u32 qf[KS][NH][2][2];
+    float qsum[NH][2][G];
+    {
+        const uint4 *frag = q_workspace<D>::frags(p) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * KS * 32;
+        const float *sums = q_workspace<D>::sums(p, NH, KS) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * 8 * G;
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const uint4 f = frag[(nh * KS + ks) * 32 + lane];
+                qf[ks][nh][0][0] = f.x, qf[ks][nh][0][1] = f.y, qf[ks][nh][1][0] = f.z, qf[ks][nh][1][1] = f.w;
+            }
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+#pragma unroll
+                for (int grp = 0; grp < G; grp++) qsum[nh][e][grp] = sums[(nh * 8 + 2 * c + e) * G + grp];
+    }
+
+    /* ---- the pipeline: this warp's tiles are start + (warp + WARPS * i) * TOK */
+    u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
+    const int scale_bytes = G * (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO ? 8 : 4);
+    const u8 *kcodes = reinterpret_cast<const u8 *>(p.pool.k_codes), *vcodes = reinterpret_cast<const u8 *>(p.pool.v_codes);
+    const u8 *kscales = reinterpret_cast<const u8 *>(p.pool.k_scales), *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales);
+    const int ntiles = (end - start + TOK - 1) / TOK;
+    /* lane i loads token i of a tile: its page id is fetched one tile ahead */
+    auto page_of = [&](int tile) -> int {
+        const int t = start + (warp + WARPS * tile) * TOK + lane;
+        if (tile >= ntiles || t >= end) return -1;
+        return indices[page0 + t / ps];
+    };
+    auto issue = [&](int tile, int page, int stage) {
+        const int t = start + (warp + WARPS * tile) * TOK + lane;
+        u8 *st = wsm + stage * STAGE_BYTES;
+        const u32 kbase = smem_addr(st), vbase = kbase + CODE_BYTES, ksb = vbase + CODE_BYTES, vsb = ksb + TOK * SC;
+        const bool ok = tile < ntiles && t < end && page >= 0 && page < p.pool.num_pages;
+        const i64 off = ok ? static_cast<i64>(t % ps) : 0, pg = ok ? page : 0;
+        const i64 co = pg * p.pool.codes_page_stride + off * p.pool.codes_token_stride + kvh * p.pool.codes_head_stride;
+        const i64 so = pg * p.pool.scales_page_stride + off * p.pool.scales_token_stride + kvh * p.pool.scales_head_stride;
+        const int n = ok ? 16 : 0;
+#pragma unroll
+        for (int ch = 0; ch < Q4 / 16; ch++) {
+            cp_async16(kbase + tile_off<Q4>(lane, ch), kcodes + co + ch * 16, n);
+            cp_async16(vbase + tile_off<Q4>(lane, ch), vcodes + co + ch * 16, n);
+        }
+        if (scale_bytes >= 16) {
+            for (int ch = 0; ch < scale_bytes / 16; ch++) {
+                cp_async16(ksb + lane * SC + ch * 16, kscales + so + ch * 16, n);
+                cp_async16(vsb + lane * SC + ch * 16, vscales + so + ch * 16, n);
+            }
+        } else if (scale_bytes == 8) {
+            cp_async8(ksb + lane * SC, kscales + so, ok ? 8 : 0);
+            cp_async8(vsb + lane * SC, vscales + so, ok ? 8 : 0);
+        } else {
+            cp_async4(ksb + lane * SC, kscales + so, ok ? 4 : 0);
+            cp_async4(vsb + lane * SC, vscales + so, ok ? 4 : 0);
+        }
+        cp_async_commit();
+    };
+
+    softmax_state<NH> sm;
+    sm.init();
+    float acc[MT][NH][4];
+    float vmin[G][NH][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) acc[mt][nh][0] = acc[mt][nh][1] = acc[mt][nh][2] = acc[mt][nh][3] = 0.f;
+#pragma unroll
+    for (int grp = 0; grp < G; grp++)
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] = vmin[grp][nh][1] = 0.f;
+
+    const bool f32_scales = p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO;
+    const bool capped = p.logit_cap > 0.f;
+    const float cap_log2 = p.logit_cap * 1.4426950408889634f;
+    /* (scale, min) of group grp of token row `tok` of a stage's scale block */
+    auto affine = [&](const u8 *sb, int tok, int grp, float &scale, float &mn) {
+        if (f32_scales) {
+            const float2 sz = *reinterpret_cast<const float2 *>(sb + tok * SC + 8 * grp);
+            scale = sz.x;
+            mn = -sz.y * sz.x;
+        } else {
+            const u32 w = *reinterpret_cast<const u32 *>(sb + tok * SC + 4 * grp);
+            scale = f16_to_f32(static_cast<u16>(w & 0xffffu));
+            mn = f16_to_f32(static_cast<u16>(w >> 16));
+        }
+    };
+
+    int next_page = page_of(0);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        issue(s, next_page, s);
+        next_page = page_of(s + 1);
+    }
+    for (int tile = 0; tile < ntiles; tile++) {
+        issue(tile + STAGES - 1, next_page, (tile + STAGES - 1) % STAGES);
+        next_page = page_of(tile + STAGES);
+        cp_async_wait<STAGES - 1>();
+        __syncwarp();
+        const u8 *st = wsm + (tile % STAGES) * STAGE_BYTES;
+        const u32 kb = smem_addr(st), vb = kb + CODE_BYTES;
+        const u8 *ksb = st + 2 * CODE_BYTES, *vsb = ksb + TOK * SC;
+        const int t0 = start + (warp + WARPS * tile) * TOK;
+
+        /* ---- logits of the two 16-token sub-tiles */
+        float s[2][NH][4];
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            u32 kr[NBLK][4];
+            const int mi = lane >> 3, mr = lane & 7;
+#pragma unroll
+            for (int bk = 0; bk < NBLK; bk++) {
+                if constexpr (D == 64) {
+                    ldmatrix_x2(kb + tile_off<Q4>(sub * 16 + (mi & 1) * 8 + mr, 0), kr[0][0], kr[0][1]);
+                } else {
+                    ldmatrix_x4(kb + tile_off<Q4>(sub * 16 + (mi & 1) * 8 + mr, 2 * bk + (mi >> 1)), kr[bk][0],
+                                kr[bk][1], kr[bk][2], kr[bk][3]);
+                }
+            }
+            float sg[G][NH][4], sl[G][NH][4]; /* hi and lo parts: two independent mma chains */
+#pragma unroll
+            for (int grp = 0; grp < G; grp++)
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sg[grp][nh][i] = sl[grp][nh][i] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                u32 a0, a1, a2, a3;
+                if constexpr (D == 64) {
+                    const u32 r0 = kr[0][0], r1 = kr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
+                    /* i = 0 -> columns 2c.., i = 1 -> columns 2c + 8.. */
+                    a0 = ks == 0 ? code_pair_f16<0>(r0) : ks == 1 ? code_pair_f16<1>(r0) : ks == 2 ? code_pair_f16<2>(r0) : code_pair_f16<3>(r0);
+                    a1 = ks == 0 ? code_pair_f16<0>(r1) : ks == 1 ? code_pair_f16<1>(r1) : ks == 2 ? code_pair_f16<2>(r1) : code_pair_f16<3>(r1);
+                    a2 = ks == 0 ? code_pair_f16<0>(r0s) : ks == 1 ? code_pair_f16<1>(r0s) : ks == 2 ? code_pair_f16<2>(r0s) : code_pair_f16<3>(r0s);
+                    a3 = ks == 0 ? code_pair_f16<0>(r1s) : ks == 1 ? code_pair_f16<1>(r1s) : ks == 2 ? code_pair_f16<2>(r1s) : code_pair_f16<3>(r1s);
+                } else {
+                    const int bk = ks / 8, i = (ks % 8) / 4, k = ks % 4;
+                    const u32 r0 = i ? kr[bk][0] >> 8 : kr[bk][0], r1 = i ? kr[bk][1] >> 8 : kr[bk][1];
+                    const u32 r2 = i ? kr[bk][2] >> 8 : kr[bk][2], r3 = i ? kr[bk][3] >> 8 : kr[bk][3];
+                    a0 = k == 0 ? code_pair_f16<0>(r0) : k == 1 ? code_pair_f16<1>(r0) : k == 2 ? code_pair_f16<2>(r0) : code_pair_f16<3>(r0);
+                    a1 = k == 0 ? code_pair_f16<0>(r1) : k == 1 ? code_pair_f16<1>(r1) : k == 2 ? code_pair_f16<2>(r1) : code_pair_f16<3>(r1);
+                    a2 = k == 0 ? code_pair_f16<0>(r2) : k == 1 ? code_pair_f16<1>(r2) : k == 2 ? code_pair_f16<2>(r2) : code_pair_f16<3>(r2);
+                    a3 = k == 0 ? code_pair_f16<0>(r3) : k == 1 ? code_pair_f16<1>(r3) : k == 2 ? code_pair_f16<2>(r3) : code_pair_f16<3>(r3);
+                }
+                const int grp = MAP::k_group_base(ks) / GROUP_SIZE;
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++) {
+                    mma_16816<OSCAR_K_DTYPE_F16>(sg[grp][nh], a0, a1, a2, a3, qf[ks][nh][0][0], qf[ks][nh][0][1]);
+                    mma_16816<OSCAR_K_DTYPE_F16>(sl[grp][nh], a0, a1, a2, a3, qf[ks][nh][1][0], qf[ks][nh][1][1]);
+                }
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int tok = sub * 16 + g + 8 * half;
+                float sv[NH][2];
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++) sv[nh][0] = sv[nh][1] = 0.f;
+#pragma unroll
+                for (int grp = 0; grp < G; grp++) {
+                    float sc, mn;
+                    affine(ksb, tok, grp, sc, mn);
+#pragma unroll
+                    for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            sv[nh][e] = fmaf(sc, sg[grp][nh][e + 2 * half] + sl[grp][nh][e + 2 * half],
+                                             fmaf(mn, qsum[nh][e][grp], sv[nh][e]));
+                }
+                const bool valid = t0 + tok < end;
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float x = sv[nh][e];
+                        if (capped) x = cap_log2 * tanh_approx(x);
+                        s[sub][nh][e + 2 * half] = valid ? x : neg_inf();
+                    }
+            }
+        }
+
+        /* ---- online softmax */
+        float alpha[NH][2], ref[NH][2];
+        softmax_rescale<NH, 2>(sm, s, alpha, ref);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++) {
+                acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
+                acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+            }
+#pragma unroll
+        for (int grp = 0; grp < G; grp++)
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
+
+        /* ---- p, p * scale -> B fragments, V codes -> A fragments, PV */
+#pragma unroll
+        for (int sub = 0; sub < 2; sub++) {
+            float pr[NH][4];
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pr[nh][i] = ex2(s[sub][nh][i] - ref[nh][i & 1]);
+                    sm.l[nh][i & 1] += pr[nh][i];
+                }
+            /* p * scale as bf16 hi + lo: one bf16 alone costs ~2^-9 of a
+               dominant token's weight, enough to show in peaky heads */
+            u32 pb[G][NH][2], pbl[G][NH][2];
+#pragma unroll
+            for (int grp = 0; grp < G; grp++) {
+                float sc0, mn0, sc1, mn1;
+                affine(vsb, sub * 16 + g, grp, sc0, mn0);
+                affine(vsb, sub * 16 + g + 8, grp, sc1, mn1);
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++) {
+                    split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, pb[grp][nh][0], pbl[grp][nh][0]);
+                    split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, pb[grp][nh][1], pbl[grp][nh][1]);
+                    vmin[grp][nh][0] = fmaf(pr[nh][0], mn0, fmaf(pr[nh][2], mn1, vmin[grp][nh][0]));
+                    vmin[grp][nh][1] = fmaf(pr[nh][1], mn0, fmaf(pr[nh][3], mn1, vmin[grp][nh][1]));
+                }
+            }
+            u32 vr[NBLK][4];
+            const int mi = lane >> 3, mr = lane & 7;
+#pragma unroll
+            for (int bk = 0; bk < NBLK; bk++) {
+                if constexpr (D == 64) {
+                    ldmatrix_x2_trans(vb + tile_off<Q4>(sub * 16 + (mi & 1) * 8 + mr, 0), vr[0][0], vr[0][1]);
+                } else {
+                    /* matrices: (tok 0-7, bytes 0-15), (tok 0-7, 16-31), (tok 8-15, 0-15), (tok 8-15, 16-31) */
+                    ldmatrix_x4_trans(vb + tile_off<Q4>(sub * 16 + (mi >> 1) * 8 + mr, 2 * bk + (mi & 1)), vr[bk][0],
+                                      vr[bk][1], vr[bk][2], vr[bk][3]);
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                u32 a0, a1, a2, a3;
+                if constexpr (D == 64) {
+                    const u32 r0 = vr[0][0], r1 = vr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
+                    a0 = mt == 0 ? code_pair_bf16<0>(r0) : mt == 1 ? code_pair_bf16<1>(r0) : mt == 2 ? code_pair_bf16<2>(r0) : code_pair_bf16<3>(r0);
+                    a1 = mt == 0 ? code_pair_bf16<0>(r0s) : mt == 1 ? code_pair_bf16<1>(r0s) : mt == 2 ? code_pair_bf16<2>(r0s) : code_pair_bf16<3>(r0s);
+                    a2 = mt == 0 ? code_pair_bf16<0>(r1) : mt == 1 ? code_pair_bf16<1>(r1) : mt == 2 ? code_pair_bf16<2>(r1) : code_pair_bf16<3>(r1);
+                    a3 = mt == 0 ? code_pair_bf16<0>(r1s) : mt == 1 ? code_pair_bf16<1>(r1s) : mt == 2 ? code_pair_bf16<2>(r1s) : code_pair_bf16<3>(r1s);
+                } else {
+                    const int bk = mt / 8, j = (mt % 8) / 4, k = mt % 4;
+                    const u32 r0 = j ? vr[bk][0] >> 8 : vr[bk][0], r1 = j ? vr[bk][1] >> 8 : vr[bk][1];
+                    const u32 r2 = j ? vr[bk][2] >> 8 : vr[bk][2], r3 = j ? vr[bk][3] >> 8 : vr[bk][3];
+                    a0 = k == 0 ? code_pair_bf16<0>(r0) : k == 1 ? code_pair_bf16<1>(r0) : k == 2 ? code_pair_bf16<2>(r0) : code_pair_bf16<3>(r0);
+                    a1 = k == 0 ? code_pair_bf16<0>(r1) : k == 1 ? code_pair_bf16<1>(r1) : k == 2 ? code_pair_bf16<2>(r1) : code_pair_bf16<3>(r1);
+                    a2 = k == 0 ? code_pair_bf16<0>(r2) : k == 1 ? code_pair_bf16<1>(r2) : k == 2 ? code_pair_bf16<2>(r2) : code_pair_bf16<3>(r2);
+                    a3 = k == 0 ? code_pair_bf16<0>(r3) : k == 1 ? code_pair_bf16<1>(r3) : k == 2 ? code_pair_bf16<2>(r3) : code_pair_bf16<3>(r3);
+                }
+                const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++) {
+                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pb[grp][nh][0], pb[grp][nh][1]);
+                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pbl[grp][nh][0], pbl[grp][nh][1]);
+                }
+            }
+        }
+        __syncwarp(); /* this stage may be refilled */
+    }
+    cp_async_wait<0>();
+
+    /* ---- reduce the per-lane sums over the 8 row lanes and hand the warp's
+       state to the CTA combine */
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float l = sm.l[nh][e];
+            l += __shfl_xor_sync(0xffffffffu, l, 4);
+            l += __shfl_xor_sync(0xffffffffu, l, 8);
+            l += __shfl_xor_sync(0xffffffffu, l, 16);
+            sm.l[nh][e] = l;
+#pragma unroll
+            for (int grp = 0; grp < G; grp++) {
+                float v = vmin[grp][nh][e];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                vmin[grp][nh][e] = v;
+            }
+        }
+    __syncthreads(); /* every warp is done with its pipeline smem */
+    if (g == 0) {
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                COMB::m_of(smem, warp)[nh * 8 + 2 * c + e] = sm.m[nh][e];
+                COMB::l_of(smem, warp)[nh * 8 + 2 * c + e] = sm.l[nh][e];
+            }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = nh * 8 + 2 * c + (i & 1), d = MAP::v_dim(mt, g, i >> 1);
+                COMB::o_of(smem, warp, h)[d] = acc[mt][nh][i] + vmin[grp][nh][i & 1];
+            }
+    }
+    __syncthreads();
+    COMB::finish(smem, p, b, kvh, split);
+}
+
+/* ======================================================================== */
+/* bf16/f16 tier (sink + recent windows; also the BF16 baseline)            */
+template <int HEAD_DIM, int NH, int KV_DTYPE>
+__global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int D = HEAD_DIM, KS = D / 16, MT = D / 16, ROW = D * 2;
+    constexpr int TOK = 16, STAGES = 2, WARPS = 4;
+    constexpr int TILE = TOK * ROW, STAGE_BYTES = 2 * TILE;
+    using COMB = cta_combine<D, NH, WARPS>;
+    extern __shared__ __align__(16) u8 smem[];
+
+    pdl_launch_next();
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int r = p.group_ratio;
+    const int *indptr = reinterpret_cast<const int *>(p.win_indptr);
+    const int *indices = reinterpret_cast<const int *>(p.win_indices);
+    const int ps = p.win_page_size;
+    const int len = csr_tokens<0>(indptr, reinterpret_cast<const int *>(p.win_last_page_len), b, ps);
+    int start, end;
+    split_range(len, p.win_splits, split, TOK, p.min_chunk, start, end);
+    const int slot = p.int2_splits + split;
+    if (start >= end) {
+        write_empty_split(p, b, kvh, slot);
+        return;
+    }
+    const int page0 = indptr[b];
+
+    /* q in two parts (hi + lo in the cache's dtype): logits as precise as f32 q */
+    pdl_wait();
+    u32 qf[KS][NH][2][2];
+    {
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) {
+            const int h = nh * 8 + g;
+            const float *qh = q_workspace<D>::plain(p, b, kvh * r + min(h, r - 1));
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const float x0 = h < r ? qh[16 * ks + 2 * c + 8 * half] : 0.f;
+                    const float x1 = h < r ? qh[16 * ks + 2 * c + 8 * half + 1] : 0.f;
+                    const float h0 = to_f32<KV_DTYPE>(from_f32(x0, KV_DTYPE)), h1 = to_f32<KV_DTYPE>(from_f32(x1, KV_DTYPE));
+                    qf[ks][nh][0][half] = pack2<KV_DTYPE>(h0, h1);
+                    qf[ks][nh][1][half] = pack2<KV_DTYPE>(x0 - h0, x1 - h1);
+                }
+        }
+    }
+
+    u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
+    const u16 *kc = reinterpret_cast<const u16 *>(p.win_k), *vc = reinterpret_cast<const u16 *>(p.win_v);
+    const int ntiles = (end - start + TOK - 1) / TOK;
+    /* lane pair (2i, 2i+1) loads token i: ROW / 16 chunks split between them */
+    auto page_of = [&](int tile) -> int {
+        const int t = start + (warp + WARPS * tile) * TOK + lane / 2;
+        if (tile >= ntiles || t >= end) return -1;
+        return indices[page0 + t / ps];
+    };
+    auto issue = [&](int tile, int page, int stage) {
+        const int t = start + (warp + WARPS * tile) * TOK + lane / 2;
+        const u32 kbase = smem_addr(wsm + stage * STAGE_BYTES), vbase = kbase + TILE;
+        const bool ok = tile < ntiles && t < end && page >= 0 && page < p.win_num_pages;
+        const i64 off = ok ? (t % ps) : 0, pg = ok ? page : 0;
+        const i64 eo = pg * p.win_page_stride + off * p.win_token_stride + kvh * p.win_head_stride;
+#pragma unroll
+        for (int ch = (lane & 1); ch < ROW / 16; ch += 2) {
+            cp_async16(kbase + tile_off<ROW>(lane / 2, ch), kc + eo + ch * 8, ok ? 16 : 0);
+            cp_async16(vbase + tile_off<ROW>(lane / 2, ch), vc + eo + ch * 8, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+
+    softmax_state<NH> sm;
+    sm.init();
+    float acc[MT][NH][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) acc[mt][nh][0] = acc[mt][nh][1] = acc[mt][nh][2] = acc[mt][nh][3] = 0.f;
+    const bool capped = p.logit_cap > 0.f;
+    const float cap_log2 = p.logit_cap * 1.4426950408889634f;
+
+    int next_page = page_of(0);
+    issue(0, next_page, 0);
+    next_page = page_of(1);
+    for (int tile = 0; tile < ntiles; tile++) {
+        issue(tile + 1, next_page, (tile + 1) % STAGES);
+        next_page = page_of(tile + 2);
+        cp_async_wait<1>();
+        __syncwarp();
+        const u32 kb = smem_addr(wsm + (tile % STAGES) * STAGE_BYTES), vb = kb + TILE;
+        const int t0 = start + (warp + WARPS * tile) * TOK;
+        const int mi = lane >> 3, mr = lane & 7;
+
+        float s[1][NH][4];
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) s[0][nh][0] = s[0][nh][1] = s[0][nh][2] = s[0][nh][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            u32 a0, a1, a2, a3;
+            ldmatrix_x4(kb + tile_off<ROW>((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)), a0, a1, a2, a3);
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++) {
+                mma_16816<KV_DTYPE>(s[0][nh], a0, a1, a2, a3, qf[ks][nh][0][0], qf[ks][nh][0][1]);
+                mma_16816<KV_DTYPE>(s[0][nh], a0, a1, a2, a3, qf[ks][nh][1][0], qf[ks][nh][1][1]);
+            }
+        }
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float x = s[0][nh][i];
+                if (capped) x = cap_log2 * tanh_approx(x);
+                s[0][nh][i] = t0 + g + 8 * (i >> 1) < end ? x : neg_inf();
+            }
+        float alpha[NH][2], ref[NH][2];
+        softmax_rescale<NH, 1>(sm, s, alpha, ref);
+        u32 pb[NH][2], pbl[NH][2]; /* p as hi + lo in the cache's dtype */
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) {
+            float pr[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                pr[i] = ex2(s[0][nh][i] - ref[nh][i & 1]);
+                sm.l[nh][i & 1] += pr[i];
+            }
+            split_pair<KV_DTYPE>(pr[0], pr[1], pb[nh][0], pbl[nh][0]);
+            split_pair<KV_DTYPE>(pr[2], pr[3], pb[nh][1], pbl[nh][1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            u32 a0, a1, a2, a3;
+            /* matrices: (tok 0-7, dims 16mt..+7), (tok 0-7, +8..), (tok 8-15, ..), (tok 8-15, +8..) */
+            ldmatrix_x4_trans(vb + tile_off<ROW>((mi >> 1) * 8 + mr, 2 * mt + (mi & 1)), a0, a1, a2, a3);
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++) {
+                acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
+                acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+                mma_16816<KV_DTYPE>(acc[mt][nh], a0, a1, a2, a3, pb[nh][0], pb[nh][1]);
+                mma_16816<KV_DTYPE>(acc[mt][nh], a0, a1, a2, a3, pbl[nh][0], pbl[nh][1]);
+            }
+        }
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float l = sm.l[nh][e];
+            l += __shfl_xor_sync(0xffffffffu, l, 4);
+            l += __shfl_xor_sync(0xffffffffu, l, 8);
+            l += __shfl_xor_sync(0xffffffffu, l, 16);
+            sm.l[nh][e] = l;
+        }
+    __syncthreads();
+    if (g == 0) {
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                COMB::m_of(smem, warp)[nh * 8 + 2 * c + e] = sm.m[nh][e];
+                COMB::l_of(smem, warp)[nh * 8 + 2 * c + e] = sm.l[nh][e];
+            }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                COMB::o_of(smem, warp, nh * 8 + 2 * c + (i & 1))[16 * mt + g + 8 * (i >> 1)] = acc[mt][nh][i];
+    __syncthreads();
+    COMB::finish(smem, p, b, kvh, slot);
+}
+
+/* ======================================================================== */
+/* merge: INT2 splits -> @ R_v^T -> with the window splits -> o, lse        */
+/* Grid (batch, kv heads), 128 threads. Split weights are computed by lanes */
+/* in parallel, the weighted sums by threads over (head, dim) with the      */
+/* splits' loads independent of each other.                                 */
+template <int D>
+__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int MAX_SPLITS = 128; /* the plan never makes more */
+    __shared__ float o_int2[16][D];
+    __shared__ float lse_part[16][2];
+    __shared__ float wgt[2][16][MAX_SPLITS]; /* normalised weight of each split */
+    pdl_launch_next();
+    const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio;
+    const int splits = p.int2_splits + p.win_splits;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    pdl_wait();
+    /* weights: warp per (head, part) */
+    for (int job = warp; job < 2 * r; job += 4) {
+        const int j = job >> 1, part = job & 1;
+        const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
+        const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
+        float m = neg_inf();
+        for (int s = lane; s < n; s += 32) m = fmaxf(m, ws_lse[row + s]);
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+        float L = 0.f;
+        for (int s = lane; s < n; s += 32) {
+            const float w = m == neg_inf() ? 0.f : ex2(ws_lse[row + s] - m);
+            if (s < MAX_SPLITS) wgt[part][j][s] = w;
+            L += w;
+        }
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+        __syncwarp();
+        for (int s = lane; s < n && s < MAX_SPLITS; s += 32) wgt[part][j][s] = L > 0.f ? wgt[part][j][s] / L : 0.f;
+        if (lane == 0) lse_part[j][part] = L > 0.f ? m + __log2f(L) : neg_inf();
+    }
+    __syncthreads();
+    /* the INT2 part of every head, in the rotated space */
+    for (int i = threadIdx.x; i < r * D; i += 128) {
+        const int j = i / D, d = i % D;
+        const float *src = ws_o + (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits * D + d;
+        float o = 0.f;
+        if (lse_part[j][0] != neg_inf()) {
+#pragma unroll 8
+            for (int s = 0; s < p.int2_splits; s++) {
+                const float w = wgt[0][j][s];
+                if (w > 0.f) o = fmaf(w, src[static_cast<i64>(s) * D], o);
+            }
+        }
+        o_int2[j][d] = o;
+    }
+    __syncthreads();
+    /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): thread n walks
+       row n of R_v with 16-byte loads and serves every head of the group */
+    const float *R = reinterpret_cast<const float *>(p.rot_v);
+    for (int n = threadIdx.x; n < D; n += 128) {
+        float x[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) x[j] = 0.f;
+        if (R) {
+            const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D);
+#pragma unroll 8
+            for (int d4 = 0; d4 < D / 4; d4++) {
+                const float4 rv = row[d4];
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    if (j < r)
+                        x[j] = fmaf(o_int2[j][4 * d4], rv.x,
+                                    fmaf(o_int2[j][4 * d4 + 1], rv.y,
+                                         fmaf(o_int2[j][4 * d4 + 2], rv.z, fmaf(o_int2[j][4 * d4 + 3], rv.w, x[j]))));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                if (j < r) x[j] = o_int2[j][n];
+        }
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (j >= r) break;
+            const float l1 = lse_part[j][0], l2 = lse_part[j][1];
+            const float m = fmaxf(l1, l2);
+            const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+            float win = 0.f;
+            if (w2 > 0.f) {
+                const float *src = ws_o + ((static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + p.int2_splits) * D + n;
+                for (int s = 0; s < p.win_splits; s++) {
+                    const float w = wgt[1][j][s];
+                    if (w > 0.f) win = fmaf(w, src[static_cast<i64>(s) * D], win);
+                }
+            }
+            u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + (kvh * r + j) * p.o_head_stride;
+            o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+            if (n == 0 && p.lse) {
+                const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+                reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
+                    p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+            }
+        }
+    }
+}
+
+}  // namespace oscar
+
+#endif  // OSCAR_K_DECODE_CUH

@@ -1,0 +1,327 @@
+/* src/oscar_decode.h -- part of the oscar.h implementation: decode attention
+   plan (splits, kernels, workspace) and run (validation, four launches).
+   Kernels: decode.cuh. */
+#ifndef OSCAR_DECODE_H_INCLUDED
+#define OSCAR_DECODE_H_INCLUDED
+
+#define OSCAR__PLAN_MAGIC 0x05CA2DECu
+#define OSCAR__DECODE_INT2_TOK 32
+#define OSCAR__DECODE_INT2_STAGES 4
+#define OSCAR__DECODE_WARPS 4
+#define OSCAR__DECODE_WIN_TOK 16
+#define OSCAR__DECODE_WIN_STAGES 2
+
+OSCAR__PRIVATE size_t oscar__align256(size_t x) { return (x + 255) & ~OSCAR__CAST(size_t, 255); }
+
+/* Shared memory of the two attention kernels: the cp.async pipelines, or the
+   end-of-CTA combine of the four warps, whichever is larger. */
+OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int head_dim, int group_ratio) {
+    int nh = oscar__head_tiles(group_ratio);
+    return OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * nh * 8 * (2 + head_dim) * 4);
+}
+OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, int group_ratio) {
+    int q4 = head_dim / 4, sc = 8 * (head_dim / group_size);
+    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_INT2_STAGES * OSCAR__DECODE_INT2_TOK *
+                                              (2 * q4 + 2 * sc));
+    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
+}
+OSCAR__PRIVATE uint32_t oscar__decode_window_smem(int head_dim, int group_ratio) {
+    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_WIN_STAGES * 2 * OSCAR__DECODE_WIN_TOK *
+                                              head_dim * 2);
+    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
+}
+
+/* prep's chunk of R_k rows in shared memory (64 KB, or all of R when smaller) */
+OSCAR__PRIVATE uint32_t oscar__decode_prep_smem(int head_dim) {
+    int rows = 16384 / head_dim < head_dim ? 16384 / head_dim : head_dim;
+    return OSCAR__CAST(uint32_t, rows * head_dim * 4);
+}
+
+OSCAR__PRIVATE oscar_window_pool_desc oscar__window_defaults(const oscar_window_pool_desc *w, int num_kv_heads,
+                                                             int head_dim) {
+    oscar_window_pool_desc d = *w;
+    int64_t ps;
+    d.dtype = oscar__def(d.dtype, OSCAR_DTYPE_BF16);
+    d.page_size = oscar__def(d.page_size, 1);
+    d.layout = oscar__def(d.layout, OSCAR_KV_LAYOUT_NHD);
+    ps = d.page_size;
+    if (d.layout == OSCAR_KV_LAYOUT_HND) {
+        d.token_stride = oscar__def(d.token_stride, head_dim);
+        d.head_stride = oscar__def(d.head_stride, ps * head_dim);
+    } else {
+        d.head_stride = oscar__def(d.head_stride, head_dim);
+        d.token_stride = oscar__def(d.token_stride, OSCAR__CAST(int64_t, num_kv_heads) * head_dim);
+    }
+    d.page_stride = oscar__def(d.page_stride, ps * num_kv_heads * head_dim);
+    return d;
+}
+
+OSCAR__PRIVATE void oscar__window_validate(oscar__validator *v, const oscar_window_pool_desc *w, const char *name,
+                                           int need_arrays) {
+    OSCAR__CHECK_CANARIES(v, w, "window_pool");
+    OSCAR__VALIDATE(v, w->dtype == OSCAR_DTYPE_BF16 || w->dtype == OSCAR_DTYPE_F16, "%s.dtype = %s; expected bf16 or f16",
+                    name, oscar__dtype_name(w->dtype));
+    OSCAR__VALIDATE(v, w->num_pages >= 1, "%s.num_pages = %d; expected >= 1 (*must* be set)", name, w->num_pages);
+    OSCAR__VALIDATE(v, w->page_size >= 1, "%s.page_size = %d; expected >= 1", name, w->page_size);
+    OSCAR__VALIDATE(v,
+                    w->page_stride > 0 && w->token_stride > 0 && w->head_stride > 0 && w->page_stride % 8 == 0 &&
+                        w->token_stride % 8 == 0 && w->head_stride % 8 == 0,
+                    "%s.{page,token,head}_stride = %lld, %lld, %lld; expected positive multiples of 8 elements", name,
+                    OSCAR__CAST(long long, w->page_stride), OSCAR__CAST(long long, w->token_stride),
+                    OSCAR__CAST(long long, w->head_stride));
+    if (need_arrays)
+        OSCAR__VALIDATE(v,
+                        w->k && w->v && (OSCAR__RCAST(uintptr_t, w->k) | OSCAR__RCAST(uintptr_t, w->v)) % 16 == 0,
+                        "%s.k = %p, %s.v = %p; both *must* be set, 16-byte aligned", name, w->k, name, w->v);
+}
+
+OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
+                                         oscar_decode_plan_info *out) {
+    oscar__validator v;
+    oscar_int2_pool_desc pool, geo;
+    oscar_window_pool_desc win;
+    oscar_decode_plan_info pl;
+    oscar_status st;
+    int64_t base, target, max_win;
+    size_t splits_total, B, Hq, D;
+    int ratio = 0, i;
+
+    OSCAR__REQUIRE_CTX(ctx, "oscar_decode_plan");
+    if (!desc || !out) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_decode_plan: desc and out must be non-NULL");
+    if (!desc->int2_pool)
+        return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_decode_plan: desc.int2_pool = NULL (*must* be set)");
+    pool = oscar__pool_defaults(desc->int2_pool);
+    memset(&win, 0, sizeof win);
+    oscar__validate_begin(&v, ctx, "oscar_decode_plan");
+    OSCAR__CHECK_CANARIES(&v, desc, "desc");
+    /* geometry only: the arrays are the run's */
+    geo = pool;
+    geo.k_codes = geo.v_codes = geo.k_scales = geo.v_scales = OSCAR__RCAST(void *, OSCAR__CAST(uintptr_t, 256));
+    oscar__pool_validate(&v, &geo, "desc.int2_pool");
+    if (pool.num_kv_heads > 0) ratio = desc->num_q_heads / pool.num_kv_heads;
+    OSCAR__VALIDATE(&v,
+                    pool.num_kv_heads > 0 && desc->num_q_heads >= 1 && desc->num_q_heads % pool.num_kv_heads == 0 &&
+                        ratio >= 1 && ratio <= 16,
+                    "desc.num_q_heads = %d with %d kv heads; expected a multiple with ratio 1..16", desc->num_q_heads,
+                    pool.num_kv_heads);
+    OSCAR__VALIDATE(&v, desc->batch_size >= 1 && desc->batch_size <= 65535, "desc.batch_size = %d; expected 1..65535",
+                    desc->batch_size);
+    OSCAR__VALIDATE(&v, desc->max_int2_tokens >= 0 && desc->max_int2_tokens < (OSCAR__CAST(int64_t, 1) << 31),
+                    "desc.max_int2_tokens = %lld; expected 0 <= n < 2^31", OSCAR__CAST(long long, desc->max_int2_tokens));
+    OSCAR__VALIDATE(&v, desc->max_window_tokens >= 0, "desc.max_window_tokens = %d; expected >= 0", desc->max_window_tokens);
+    OSCAR__VALIDATE(&v, desc->int2_splits >= 0 && desc->int2_splits <= 128 && desc->window_splits >= 0 &&
+                            desc->window_splits <= 128,
+                    "desc.int2_splits = %d, window_splits = %d; expected 0 (automatic) .. 128", desc->int2_splits,
+                    desc->window_splits);
+    if (desc->window_pool) {
+        win = oscar__window_defaults(desc->window_pool, pool.num_kv_heads, pool.head_dim);
+        oscar__window_validate(&v, &win, "desc.window_pool", 0);
+    }
+    st = oscar__validate_end(&v);
+    if (st != OSCAR_OK) return st;
+
+    memset(&pl, 0, sizeof pl);
+    pl.magic = OSCAR__PLAN_MAGIC;
+    pl.batch_size = desc->batch_size;
+    pl.num_q_heads = desc->num_q_heads;
+    pl.num_kv_heads = pool.num_kv_heads;
+    pl.head_dim = pool.head_dim;
+    pl.group_size = pool.group_size;
+    pl.page_size = pool.page_size;
+    pl.scale_layout = pool.scale_layout;
+    pl.has_window = desc->window_pool != NULL;
+    pl.window_page_size = pl.has_window ? win.page_size : 1;
+    pl.window_dtype = pl.has_window ? OSCAR__CAST(int32_t, win.dtype) : OSCAR_DTYPE_BF16;
+    /* splits: about four CTAs per SM in all, each taking at least 256 tokens */
+    base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
+    target = 4 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
+    max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
+    pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
+                     : desc->int2_splits
+                         ? desc->int2_splits
+                         : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
+                                                                         (desc->max_int2_tokens + 255) / 256)));
+    pl.window_splits = !pl.has_window ? 0
+                       : desc->window_splits
+                           ? desc->window_splits
+                           : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
+                                                                           (max_win + 255) / 256)));
+    pl.min_chunk = 0;
+    B = OSCAR__CAST(size_t, pl.batch_size), Hq = OSCAR__CAST(size_t, pl.num_q_heads), D = OSCAR__CAST(size_t, pl.head_dim);
+    splits_total = OSCAR__CAST(size_t, pl.int2_splits + pl.window_splits);
+    pl.ws_q_offset = 0;
+    {
+        /* plain q [b][h][D] f32, INT2 fragments [b][kvh][n-tile][k-step][lane] 16 B, group sums [b][kvh][16][G] f32
+           (the layout of q_workspace in decode.cuh) */
+        size_t nh = OSCAR__CAST(size_t, oscar__head_tiles(ratio)), Hkv = OSCAR__CAST(size_t, pl.num_kv_heads);
+        size_t G = OSCAR__CAST(size_t, pl.head_dim / pl.group_size);
+        size_t q_bytes = B * Hq * D * 4 + B * Hkv * nh * (D / 16) * 32 * 16 + B * Hkv * nh * 8 * G * 4;
+        pl.ws_o_offset = oscar__align256(q_bytes);
+    }
+    pl.ws_lse_offset = pl.ws_o_offset + oscar__align256(B * Hq * splits_total * D * 4);
+    pl.workspace_bytes = pl.ws_lse_offset + oscar__align256(B * Hq * splits_total * 4);
+    pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio);
+    pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio);
+    if (ctx->backend == OSCAR_BACKEND_CUDA) {
+        if (!ctx->compile_only && OSCAR__CAST(int32_t, OSCAR__MAX(pl.smem_int2, pl.smem_window)) > ctx->max_smem_optin)
+            return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED,
+                               "oscar_decode_plan: head_dim %d, group_size %d need %u bytes of shared memory per "
+                               "block; this device allows %d",
+                               pl.head_dim, pl.group_size, OSCAR__MAX(pl.smem_int2, pl.smem_window), ctx->max_smem_optin);
+        for (i = 0; i < 4; i++) {
+            char name[192];
+            oscar__kernel *k = NULL;
+            if ((i == 1 && !pl.has_window) || (i == 2 && pl.int2_splits == 0)) continue;
+            oscar__name_decode(name, sizeof name, i, pl.head_dim, pl.group_size, pl.page_size, ratio, pl.window_dtype);
+            st = oscar__jit_get(ctx, "decode.cuh", name, &k);
+            if (st != OSCAR_OK) return st;
+            pl.kernels[i] = k;
+        }
+    }
+    *out = pl;
+    return OSCAR_OK;
+}
+
+OSCAR__PRIVATE int32_t oscar__k_dtype(oscar_dtype t) {
+    return t == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : t == OSCAR_DTYPE_F32 ? OSCAR_K_DTYPE_F32 : OSCAR_K_DTYPE_BF16;
+}
+
+OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_info *plan,
+                                        const oscar_decode_run_desc *desc, oscar_stream stream) {
+    oscar__validator v;
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_decode_run_desc d;
+    oscar_decode_params p;
+    oscar_status st;
+    unsigned B, Hkv, r;
+
+    OSCAR__REQUIRE_CTX(ctx, "oscar_decode_run");
+    if (!plan || !desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_decode_run: plan and desc must be non-NULL");
+    if (plan->magic != OSCAR__PLAN_MAGIC)
+        return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT,
+                           "oscar_decode_run: plan.magic = 0x%08x; expected a plan made by oscar_decode_plan", plan->magic);
+    if (!desc->int2_pool)
+        return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_decode_run: desc.int2_pool = NULL (*must* be set)");
+    d = *desc;
+    d.q_dtype = oscar__def(d.q_dtype, OSCAR_DTYPE_BF16);
+    d.o_dtype = oscar__def(d.o_dtype, OSCAR_DTYPE_BF16);
+    d.lse_base = oscar__def(d.lse_base, OSCAR_LSE_BASE_E);
+    d.q_head_stride = oscar__def(d.q_head_stride, plan->head_dim);
+    d.q_batch_stride = oscar__def(d.q_batch_stride, OSCAR__CAST(int64_t, plan->num_q_heads) * plan->head_dim);
+    d.o_head_stride = oscar__def(d.o_head_stride, plan->head_dim);
+    d.o_batch_stride = oscar__def(d.o_batch_stride, OSCAR__CAST(int64_t, plan->num_q_heads) * plan->head_dim);
+    pool = oscar__pool_defaults(d.int2_pool);
+    memset(&win, 0, sizeof win);
+
+    oscar__validate_begin(&v, ctx, "oscar_decode_run");
+    OSCAR__CHECK_CANARIES(&v, desc, "desc");
+    oscar__pool_validate(&v, &pool, "desc.int2_pool");
+    OSCAR__VALIDATE(&v,
+                    pool.head_dim == plan->head_dim && pool.num_kv_heads == plan->num_kv_heads &&
+                        pool.group_size == plan->group_size && pool.page_size == plan->page_size &&
+                        pool.scale_layout == plan->scale_layout,
+                    "desc.int2_pool geometry (head_dim %d, kv heads %d, group %d, page %d, scale layout %d) differs "
+                    "from the plan's (%d, %d, %d, %d, %d)",
+                    pool.head_dim, pool.num_kv_heads, pool.group_size, pool.page_size, OSCAR__CAST(int, pool.scale_layout),
+                    plan->head_dim, plan->num_kv_heads, plan->group_size, plan->page_size,
+                    OSCAR__CAST(int, plan->scale_layout));
+    OSCAR__VALIDATE(&v, d.int2_pages.indptr && d.int2_pages.indices && d.int2_pages.last_page_len,
+                    "desc.int2_pages: indptr, indices and last_page_len *must* be set");
+    if (plan->has_window) {
+        OSCAR__VALIDATE(&v, d.window_pool != NULL, "desc.window_pool = NULL but the plan has a window tier");
+        if (d.window_pool) {
+            win = oscar__window_defaults(d.window_pool, plan->num_kv_heads, plan->head_dim);
+            oscar__window_validate(&v, &win, "desc.window_pool", 1);
+            OSCAR__VALIDATE(&v, win.page_size == plan->window_page_size && OSCAR__CAST(int32_t, win.dtype) == plan->window_dtype,
+                            "desc.window_pool page size %d / dtype %s differ from the plan's %d / %s", win.page_size,
+                            oscar__dtype_name(win.dtype), plan->window_page_size,
+                            oscar__dtype_name(OSCAR__CAST(oscar_dtype, plan->window_dtype)));
+        }
+        OSCAR__VALIDATE(&v, d.window_pages.indptr && d.window_pages.indices && d.window_pages.last_page_len,
+                        "desc.window_pages: indptr, indices and last_page_len *must* be set");
+    }
+    OSCAR__VALIDATE(&v, d.q && d.o, "desc.q = %p, desc.o = %p; both *must* be set", d.q, d.o);
+    OSCAR__VALIDATE(&v, oscar__is_half_dtype(d.q_dtype) && oscar__is_half_dtype(d.o_dtype),
+                    "desc.q_dtype = %s, o_dtype = %s; expected bf16 or f16", oscar__dtype_name(d.q_dtype),
+                    oscar__dtype_name(d.o_dtype));
+    OSCAR__VALIDATE(&v, d.lse_base > 0 && d.lse_base < OSCAR__LSE_BASE_COUNT, "desc.lse_base = %d; expected E or 2",
+                    OSCAR__CAST(int, d.lse_base));
+    OSCAR__VALIDATE(&v, d.sm_scale > 0.0f && d.sm_scale < 1e30f, "desc.sm_scale = %g; expected > 0 (*must* be set)",
+                    OSCAR__CAST(double, d.sm_scale));
+    OSCAR__VALIDATE(&v, d.logit_cap >= 0.0f, "desc.logit_cap = %g; expected >= 0", OSCAR__CAST(double, d.logit_cap));
+    OSCAR__VALIDATE(&v, d.workspace && d.workspace_bytes >= plan->workspace_bytes &&
+                            OSCAR__RCAST(uintptr_t, d.workspace) % 256 == 0,
+                    "desc.workspace = %p (%zu bytes); expected a 256-byte aligned buffer of plan.workspace_bytes = %zu",
+                    d.workspace, d.workspace_bytes, plan->workspace_bytes);
+    OSCAR__VALIDATE(&v,
+                    (OSCAR__RCAST(uintptr_t, d.k_rotation) | OSCAR__RCAST(uintptr_t, d.v_rotation)) % 16 == 0,
+                    "desc.k_rotation = %p, v_rotation = %p; expected 16-byte aligned", OSCAR__CAST(const void *, d.k_rotation),
+                    OSCAR__CAST(const void *, d.v_rotation));
+    st = oscar__validate_end(&v);
+    if (st != OSCAR_OK) return st;
+
+    memset(&p, 0, sizeof p);
+    p.pool = oscar__pool_params(&pool);
+    p.int2_indptr = OSCAR__RCAST(uint64_t, d.int2_pages.indptr);
+    p.int2_indices = OSCAR__RCAST(uint64_t, d.int2_pages.indices);
+    p.int2_last_page_len = OSCAR__RCAST(uint64_t, d.int2_pages.last_page_len);
+    if (plan->has_window) {
+        p.win_k = OSCAR__RCAST(uint64_t, win.k);
+        p.win_v = OSCAR__RCAST(uint64_t, win.v);
+        p.win_page_stride = win.page_stride;
+        p.win_token_stride = win.token_stride;
+        p.win_head_stride = win.head_stride;
+        p.win_indptr = OSCAR__RCAST(uint64_t, d.window_pages.indptr);
+        p.win_indices = OSCAR__RCAST(uint64_t, d.window_pages.indices);
+        p.win_last_page_len = OSCAR__RCAST(uint64_t, d.window_pages.last_page_len);
+        p.win_num_pages = win.num_pages;
+    }
+    p.win_page_size = plan->window_page_size;
+    p.q = OSCAR__RCAST(uint64_t, d.q);
+    p.o = OSCAR__RCAST(uint64_t, d.o);
+    p.lse = OSCAR__RCAST(uint64_t, d.lse);
+    p.q_batch_stride = d.q_batch_stride, p.q_head_stride = d.q_head_stride;
+    p.o_batch_stride = d.o_batch_stride, p.o_head_stride = d.o_head_stride;
+    p.rot_k = OSCAR__RCAST(uint64_t, d.k_rotation);
+    p.rot_v = OSCAR__RCAST(uint64_t, d.v_rotation);
+    p.ws_q = OSCAR__RCAST(uint64_t, d.workspace) + plan->ws_q_offset;
+    p.ws_o = OSCAR__RCAST(uint64_t, d.workspace) + plan->ws_o_offset;
+    p.ws_lse = OSCAR__RCAST(uint64_t, d.workspace) + plan->ws_lse_offset;
+    p.sm_scale = d.sm_scale;
+    p.logit_cap = d.logit_cap;
+    p.batch_size = plan->batch_size;
+    p.num_q_heads = plan->num_q_heads;
+    p.group_ratio = plan->num_q_heads / plan->num_kv_heads;
+    p.int2_splits = plan->int2_splits;
+    p.win_splits = plan->window_splits;
+    p.q_dtype = oscar__k_dtype(d.q_dtype);
+    p.o_dtype = oscar__k_dtype(d.o_dtype);
+    p.kv_dtype = oscar__k_dtype(OSCAR__CAST(oscar_dtype, plan->window_dtype));
+    p.lse_base = d.lse_base == OSCAR_LSE_BASE_2 ? 2 : 1;
+    p.min_chunk = plan->min_chunk;
+
+    if (ctx->backend == OSCAR_BACKEND_CPU) {
+        if (oscar__cpu_decode(&p, plan->head_dim, plan->group_size) != 0)
+            return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_decode_run: out of host memory");
+        return OSCAR_OK;
+    }
+    B = OSCAR__CAST(unsigned, plan->batch_size), Hkv = OSCAR__CAST(unsigned, plan->num_kv_heads);
+    r = OSCAR__CAST(unsigned, p.group_ratio);
+    (void)r;
+    /* prep follows the engine's work normally; the other three start early
+       (programmatic dependent launch) and wait inside for their inputs */
+    st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), B, Hkv, 1, 256,
+                          OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
+    if (st == OSCAR_OK && plan->has_window)
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
+                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
+    if (st == OSCAR_OK && plan->int2_splits > 0)
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]), OSCAR__CAST(unsigned, plan->int2_splits),
+                              Hkv, B, 128, plan->smem_int2, stream, &p, 1);
+    if (st == OSCAR_OK)
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 128, 0, stream, &p, 1);
+    return st;
+}
+
+#endif /* OSCAR_DECODE_H_INCLUDED */

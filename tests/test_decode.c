@@ -1,0 +1,739 @@
+/* tests/test_decode.c -- decode attention over INT2 history + bf16 windows.
+   CPU: the float64 reference (the CPU backend) equals single-pass attention
+   over the union of tokens (split and merge are exact); merge_states.
+   GPU: every supported class against the float64 reference (per-head
+   relative error of o, absolute error of lse), batches mixing empty,
+   sub-page, window-only and long requests with non-contiguous pages, a long
+   context, split-count invariance, CUDA-graph capture and replay with new
+   lengths, and merge_states. */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+#include "test_util.h"
+
+static oscar_ctx *cpu_ctx(void) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    desc.backend = OSCAR_BACKEND_CPU;
+    TU_OK(NULL, oscar_setup(&desc, &ctx));
+    return ctx;
+}
+
+/* ---- a decode problem ------------------------------------------------------ */
+typedef struct dcase {
+    int B, Hq, Hkv, D, GS, ps, wps;
+    oscar_scale_layout scale_layout;
+    oscar_kv_layout int2_layout, win_layout;
+    int rot_k, rot_v;
+    float cap;
+    const int64_t *int2_len, *win_len;
+    const int64_t *int2_cap, *win_cap; /* pool capacity per request (NULL: the lengths) */
+    int int2_splits, window_splits;
+    oscar_lse_base lse_base;
+    int64_t max_int2, max_win; /* planned maxima (0: the lengths' max) */
+} dcase;
+
+typedef struct dprob {
+    dcase c;
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    size_t code_bytes, scale_bytes, win_elems;
+    uint8_t *kc, *vc, *ks, *vs;
+    uint16_t *wk, *wv, *q;
+    float *rk, *rv;
+    int32_t *ip, *idx, *last, *wip, *widx, *wlast;
+    int32_t n_idx, n_widx;
+    int32_t *pages_int2, *pages_win;   /* every request's pages for its capacity, concatenated */
+    int64_t *cap_int2, *cap_win;       /* capacity lengths */
+    int64_t *len_int2, *len_win;       /* current lengths */
+    /* device */
+    void *d_kc, *d_vc, *d_ks, *d_vs, *d_wk, *d_wv, *d_q, *d_o, *d_lse, *d_rk, *d_rv, *d_ws;
+    int32_t *d_ip, *d_idx, *d_last, *d_wip, *d_widx, *d_wlast;
+    oscar_decode_plan_info plan;
+} dprob;
+
+static void make_rotation(tu_rng *r, int D, float *R) {
+    double *M = malloc(sizeof(double) * (size_t)D * D), v[256];
+    int i, j, k;
+    for (i = 0; i < D; i++)
+        for (j = 0; j < D; j++) M[i * D + j] = i == j;
+    for (k = 0; k < 4; k++) {
+        double n = 0;
+        for (i = 0; i < D; i++) v[i] = tu_normal(r), n += v[i] * v[i];
+        n = sqrt(n);
+        for (i = 0; i < D; i++) v[i] /= n;
+        for (i = 0; i < D; i++) {
+            double dot = 0;
+            for (j = 0; j < D; j++) dot += M[i * D + j] * v[j];
+            for (j = 0; j < D; j++) M[i * D + j] -= 2 * dot * v[j];
+        }
+    }
+    for (i = 0; i < D * D; i++) R[i] = (float)M[i];
+    free(M);
+}
+
+/* Pages for each request's capacity, from a random permutation of the
+   pool's pages (non-contiguous ids); returns the pool's page count. */
+static int32_t make_page_lists(tu_rng *r, int B, const int64_t *cap, int ps, int32_t **pages) {
+    int b;
+    int64_t total = 0, *perm, i;
+    int32_t num_pages;
+    for (b = 0; b < B; b++) total += (cap[b] + ps - 1) / ps;
+    num_pages = (int32_t)total + 5;
+    perm = tu_xmalloc(sizeof(int64_t) * (size_t)num_pages);
+    tu_permutation(r, perm, num_pages);
+    *pages = tu_xmalloc(sizeof(int32_t) * (size_t)(total + 1));
+    for (i = 0; i < total; i++) (*pages)[i] = (int32_t)perm[i];
+    free(perm);
+    return num_pages;
+}
+
+/* CSR table of the current lengths: request b uses the first pages of its list. */
+static int32_t build_csr(int B, const int64_t *cap, const int64_t *len, int ps, const int32_t *pages, int32_t *ip,
+                         int32_t *idx, int32_t *last) {
+    int b;
+    int64_t k = 0, base = 0, i;
+    ip[0] = 0;
+    for (b = 0; b < B; b++) {
+        int64_t np = (len[b] + ps - 1) / ps;
+        cr_assert(len[b] <= cap[b]);
+        for (i = 0; i < np; i++) idx[k++] = pages[base + i];
+        ip[b + 1] = (int32_t)k;
+        last[b] = np ? (int32_t)(len[b] - (np - 1) * ps) : 1;
+        base += (cap[b] + ps - 1) / ps;
+    }
+    return (int32_t)k;
+}
+
+static void prob_make(tu_rng *r, const dcase *c, dprob *P) {
+    int32_t int2_pages, win_pages;
+    size_t i, pairs;
+    int b;
+    int64_t maxi = 0, maxw = 0;
+    memset(P, 0, sizeof *P);
+    P->c = *c;
+    P->cap_int2 = tu_xmalloc(sizeof(int64_t) * (size_t)c->B), P->cap_win = tu_xmalloc(sizeof(int64_t) * (size_t)c->B);
+    P->len_int2 = tu_xmalloc(sizeof(int64_t) * (size_t)c->B), P->len_win = tu_xmalloc(sizeof(int64_t) * (size_t)c->B);
+    for (b = 0; b < c->B; b++) {
+        P->len_int2[b] = c->int2_len[b], P->len_win[b] = c->win_len[b];
+        P->cap_int2[b] = c->int2_cap ? c->int2_cap[b] : c->int2_len[b];
+        P->cap_win[b] = c->win_cap ? c->win_cap[b] : c->win_len[b];
+    }
+    P->c.int2_len = P->len_int2, P->c.win_len = P->len_win;
+    int2_pages = make_page_lists(r, c->B, P->cap_int2, c->ps, &P->pages_int2);
+    win_pages = make_page_lists(r, c->B, P->cap_win, c->wps, &P->pages_win);
+    P->ip = tu_xmalloc(sizeof(int32_t) * (size_t)(c->B + 1)), P->last = tu_xmalloc(sizeof(int32_t) * (size_t)c->B);
+    P->wip = tu_xmalloc(sizeof(int32_t) * (size_t)(c->B + 1)), P->wlast = tu_xmalloc(sizeof(int32_t) * (size_t)c->B);
+    P->idx = tu_xmalloc(sizeof(int32_t) * (size_t)int2_pages), P->widx = tu_xmalloc(sizeof(int32_t) * (size_t)win_pages);
+    P->n_idx = build_csr(c->B, P->cap_int2, P->len_int2, c->ps, P->pages_int2, P->ip, P->idx, P->last);
+    P->n_widx = build_csr(c->B, P->cap_win, P->len_win, c->wps, P->pages_win, P->wip, P->widx, P->wlast);
+    P->pool.head_dim = c->D, P->pool.num_kv_heads = c->Hkv, P->pool.num_pages = int2_pages, P->pool.page_size = c->ps;
+    P->pool.group_size = c->GS, P->pool.scale_layout = c->scale_layout, P->pool.layout = c->int2_layout;
+    {
+        oscar_ctx *cpu = cpu_ctx();
+        TU_OK(cpu, oscar_int2_pool_bytes(cpu, &P->pool, &P->code_bytes, &P->scale_bytes));
+        oscar_shutdown(cpu);
+    }
+    P->kc = tu_xmalloc(P->code_bytes), P->vc = tu_xmalloc(P->code_bytes);
+    P->ks = tu_xmalloc(P->scale_bytes), P->vs = tu_xmalloc(P->scale_bytes);
+    for (i = 0; i < P->code_bytes; i++) P->kc[i] = (uint8_t)tu_next(r), P->vc[i] = (uint8_t)tu_next(r);
+    pairs = P->scale_bytes / (c->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO ? 8 : 4);
+    for (i = 0; i < pairs; i++) {
+        int kv;
+        for (kv = 0; kv < 2; kv++) {
+            /* ranges like rotated activations: mostly 1..5, a few outlier tokens x8 */
+            double range = (1.0 + 2.0 * fabs(tu_normal(r))) * (tu_uniform(r) < 0.02 ? 8.0 : 1.0);
+            float scale = (float)(range / 3), mn = (float)(-range / 2 + 0.3 * tu_normal(r));
+            uint8_t *dst = kv ? P->vs : P->ks;
+            if (c->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO) {
+                float zero = -mn / scale;
+                memcpy(dst + 8 * i, &scale, 4), memcpy(dst + 8 * i + 4, &zero, 4);
+            } else {
+                uint16_t s16 = oscar__f32_to_f16(scale), m16 = oscar__f32_to_f16(mn);
+                memcpy(dst + 4 * i, &s16, 2), memcpy(dst + 4 * i + 2, &m16, 2);
+            }
+        }
+    }
+    P->win.num_pages = win_pages, P->win.page_size = c->wps, P->win.layout = c->win_layout;
+    P->win_elems = (size_t)win_pages * c->wps * c->Hkv * c->D;
+    P->wk = tu_xmalloc(P->win_elems * 2), P->wv = tu_xmalloc(P->win_elems * 2);
+    for (i = 0; i < P->win_elems; i++) {
+        int d = (int)(i % (size_t)c->D);
+        P->wk[i] = oscar__f32_to_bf16((float)(tu_normal(r) * (d % 17 == 3 ? 10.0 : 1.0)));
+        P->wv[i] = oscar__f32_to_bf16((float)tu_normal(r));
+    }
+    P->q = tu_xmalloc((size_t)c->B * c->Hq * c->D * 2);
+    for (i = 0; i < (size_t)c->B * c->Hq * c->D; i++)
+        P->q[i] = oscar__f32_to_bf16((float)(tu_normal(r) * ((i % (size_t)c->D) % 13 == 5 ? 3.0 : 1.0)));
+    if (c->rot_k) P->rk = tu_xmalloc(sizeof(float) * (size_t)c->D * c->D), make_rotation(r, c->D, P->rk);
+    if (c->rot_v) P->rv = tu_xmalloc(sizeof(float) * (size_t)c->D * c->D), make_rotation(r, c->D, P->rv);
+    for (b = 0; b < c->B; b++) {
+        if (P->cap_int2[b] > maxi) maxi = P->cap_int2[b];
+        if (P->cap_win[b] > maxw) maxw = P->cap_win[b];
+    }
+    if (!P->c.max_int2) P->c.max_int2 = maxi;
+    if (!P->c.max_win) P->c.max_win = maxw;
+}
+
+static void prob_free(dprob *P) {
+    free(P->kc), free(P->vc), free(P->ks), free(P->vs), free(P->wk), free(P->wv), free(P->q), free(P->rk), free(P->rv);
+    free(P->ip), free(P->idx), free(P->last), free(P->wip), free(P->widx), free(P->wlast);
+    free(P->pages_int2), free(P->pages_win), free(P->cap_int2), free(P->cap_win), free(P->len_int2), free(P->len_win);
+    cudaFree(P->d_kc), cudaFree(P->d_vc), cudaFree(P->d_ks), cudaFree(P->d_vs), cudaFree(P->d_wk), cudaFree(P->d_wv);
+    cudaFree(P->d_q), cudaFree(P->d_o), cudaFree(P->d_lse), cudaFree(P->d_rk), cudaFree(P->d_rv), cudaFree(P->d_ws);
+    cudaFree(P->d_ip), cudaFree(P->d_idx), cudaFree(P->d_last), cudaFree(P->d_wip), cudaFree(P->d_widx),
+        cudaFree(P->d_wlast);
+}
+
+static void prob_plan(oscar_ctx *ctx, dprob *P) {
+    oscar_decode_plan_desc pd = {0};
+    pd.num_q_heads = P->c.Hq;
+    pd.int2_pool = &P->pool;
+    pd.window_pool = &P->win;
+    pd.batch_size = P->c.B;
+    pd.max_int2_tokens = P->c.max_int2;
+    pd.max_window_tokens = (int32_t)P->c.max_win;
+    pd.int2_splits = P->c.int2_splits;
+    pd.window_splits = P->c.window_splits;
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &P->plan));
+}
+
+/* The run desc for host (dev = 0) or device (dev = 1) pointers. */
+static oscar_decode_run_desc prob_run_desc(dprob *P, int dev, oscar_int2_pool_desc *pool, oscar_window_pool_desc *win,
+                                           void *o, float *lse, void *ws) {
+    oscar_decode_run_desc rd = {0};
+    *pool = P->pool;
+    *win = P->win;
+    pool->k_codes = dev ? P->d_kc : P->kc, pool->v_codes = dev ? P->d_vc : P->vc;
+    pool->k_scales = dev ? P->d_ks : P->ks, pool->v_scales = dev ? P->d_vs : P->vs;
+    win->k = dev ? P->d_wk : P->wk, win->v = dev ? P->d_wv : P->wv;
+    rd.int2_pool = pool;
+    rd.window_pool = win;
+    rd.int2_pages.indptr = dev ? P->d_ip : P->ip;
+    rd.int2_pages.indices = dev ? P->d_idx : P->idx;
+    rd.int2_pages.last_page_len = dev ? P->d_last : P->last;
+    rd.window_pages.indptr = dev ? P->d_wip : P->wip;
+    rd.window_pages.indices = dev ? P->d_widx : P->widx;
+    rd.window_pages.last_page_len = dev ? P->d_wlast : P->wlast;
+    rd.q = dev ? P->d_q : P->q;
+    rd.o = o;
+    rd.lse = lse;
+    rd.lse_base = P->c.lse_base;
+    rd.k_rotation = dev ? (const float *)P->d_rk : P->rk;
+    rd.v_rotation = dev ? (const float *)P->d_rv : P->rv;
+    rd.sm_scale = 1.0f / sqrtf((float)P->c.D);
+    rd.logit_cap = P->c.cap;
+    rd.workspace = ws;
+    rd.workspace_bytes = P->plan.workspace_bytes;
+    return rd;
+}
+
+static void prob_upload(dprob *P) {
+    const dcase *c = &P->c;
+    P->d_kc = tu_dev_upload(P->kc, P->code_bytes), P->d_vc = tu_dev_upload(P->vc, P->code_bytes);
+    P->d_ks = tu_dev_upload(P->ks, P->scale_bytes), P->d_vs = tu_dev_upload(P->vs, P->scale_bytes);
+    P->d_wk = tu_dev_upload(P->wk, P->win_elems * 2), P->d_wv = tu_dev_upload(P->wv, P->win_elems * 2);
+    P->d_q = tu_dev_upload(P->q, (size_t)c->B * c->Hq * c->D * 2);
+    P->d_o = tu_dev_alloc((size_t)c->B * c->Hq * c->D * 2);
+    P->d_lse = tu_dev_alloc((size_t)c->B * c->Hq * 4);
+    if (P->rk) P->d_rk = tu_dev_upload(P->rk, sizeof(float) * (size_t)c->D * c->D);
+    if (P->rv) P->d_rv = tu_dev_upload(P->rv, sizeof(float) * (size_t)c->D * c->D);
+    P->d_ip = tu_dev_upload(P->ip, sizeof(int32_t) * (size_t)(c->B + 1));
+    P->d_idx = tu_dev_upload(P->idx, sizeof(int32_t) * (size_t)P->pool.num_pages);
+    P->d_last = tu_dev_upload(P->last, sizeof(int32_t) * (size_t)c->B);
+    P->d_wip = tu_dev_upload(P->wip, sizeof(int32_t) * (size_t)(c->B + 1));
+    P->d_widx = tu_dev_upload(P->widx, sizeof(int32_t) * (size_t)P->win.num_pages);
+    P->d_wlast = tu_dev_upload(P->wlast, sizeof(int32_t) * (size_t)c->B);
+}
+
+/* New lengths (within the capacities): host tables rebuilt and written into
+   the same device buffers (what an engine does between graph replays). */
+static void prob_set_lengths(dprob *P, const int64_t *il, const int64_t *wl) {
+    const dcase *c = &P->c;
+    memcpy(P->len_int2, il, sizeof(int64_t) * (size_t)c->B);
+    memcpy(P->len_win, wl, sizeof(int64_t) * (size_t)c->B);
+    P->n_idx = build_csr(c->B, P->cap_int2, P->len_int2, c->ps, P->pages_int2, P->ip, P->idx, P->last);
+    P->n_widx = build_csr(c->B, P->cap_win, P->len_win, c->wps, P->pages_win, P->wip, P->widx, P->wlast);
+    TU_CUDA(cudaMemcpy(P->d_ip, P->ip, sizeof(int32_t) * (size_t)(c->B + 1), cudaMemcpyHostToDevice));
+    TU_CUDA(cudaMemcpy(P->d_idx, P->idx, sizeof(int32_t) * (size_t)(P->n_idx + 1), cudaMemcpyHostToDevice));
+    TU_CUDA(cudaMemcpy(P->d_last, P->last, sizeof(int32_t) * (size_t)c->B, cudaMemcpyHostToDevice));
+    TU_CUDA(cudaMemcpy(P->d_wip, P->wip, sizeof(int32_t) * (size_t)(c->B + 1), cudaMemcpyHostToDevice));
+    TU_CUDA(cudaMemcpy(P->d_widx, P->widx, sizeof(int32_t) * (size_t)(P->n_widx + 1), cudaMemcpyHostToDevice));
+    TU_CUDA(cudaMemcpy(P->d_wlast, P->wlast, sizeof(int32_t) * (size_t)c->B, cudaMemcpyHostToDevice));
+}
+
+/* float64 reference of every head (through the CPU backend's kernel). */
+static void prob_reference(dprob *P, double *o_ref, double *lse_ref) {
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_decode_run_desc rd = prob_run_desc(P, 0, &pool, &win, NULL, NULL, NULL);
+    oscar_decode_params p;
+    oscar_int2_pool_desc filled = oscar__pool_defaults(&pool);
+    oscar_window_pool_desc wf = oscar__window_defaults(&win, P->c.Hkv, P->c.D);
+    double *scratch;
+    int b, h;
+    memset(&p, 0, sizeof p);
+    p.pool = oscar__pool_params(&filled);
+    p.int2_indptr = (uint64_t)(uintptr_t)rd.int2_pages.indptr, p.int2_indices = (uint64_t)(uintptr_t)rd.int2_pages.indices;
+    p.int2_last_page_len = (uint64_t)(uintptr_t)rd.int2_pages.last_page_len;
+    p.win_k = (uint64_t)(uintptr_t)wf.k, p.win_v = (uint64_t)(uintptr_t)wf.v;
+    p.win_page_stride = wf.page_stride, p.win_token_stride = wf.token_stride, p.win_head_stride = wf.head_stride;
+    p.win_indptr = (uint64_t)(uintptr_t)rd.window_pages.indptr, p.win_indices = (uint64_t)(uintptr_t)rd.window_pages.indices;
+    p.win_last_page_len = (uint64_t)(uintptr_t)rd.window_pages.last_page_len;
+    p.win_page_size = wf.page_size, p.win_num_pages = wf.num_pages;
+    p.q = (uint64_t)(uintptr_t)P->q, p.q_batch_stride = (int64_t)P->c.Hq * P->c.D, p.q_head_stride = P->c.D;
+    p.rot_k = (uint64_t)(uintptr_t)P->rk, p.rot_v = (uint64_t)(uintptr_t)P->rv;
+    p.sm_scale = rd.sm_scale, p.logit_cap = rd.logit_cap;
+    p.batch_size = P->c.B, p.num_q_heads = P->c.Hq, p.group_ratio = P->c.Hq / P->c.Hkv;
+    p.q_dtype = OSCAR_K_DTYPE_BF16, p.kv_dtype = OSCAR_K_DTYPE_BF16;
+    scratch = tu_xmalloc(sizeof(double) * (size_t)oscar__cpu_decode_max_tokens(&p));
+    for (b = 0; b < P->c.B; b++)
+        for (h = 0; h < P->c.Hq; h++)
+            oscar__cpu_decode_head(&p, P->c.D, P->c.GS, b, h, o_ref + ((size_t)b * P->c.Hq + h) * P->c.D,
+                                   lse_ref + (size_t)b * P->c.Hq + h, scratch);
+    free(scratch);
+}
+
+typedef struct derr {
+    double max_rel, max_lse;
+} derr;
+
+/* Runs the GPU path (poisoned outputs) and compares with the reference. */
+static derr prob_gpu_check(oscar_ctx *gpu, dprob *P, const double *o_ref, const double *lse_ref, double tol_o,
+                           double tol_lse, const char *what) {
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_decode_run_desc rd;
+    size_t n = (size_t)P->c.B * P->c.Hq * P->c.D;
+    uint16_t *o = tu_xmalloc(n * 2);
+    float *lse = tu_xmalloc((size_t)P->c.B * P->c.Hq * 4);
+    derr e = {0, 0};
+    int b, h, d;
+    prob_plan(gpu, P);
+    if (P->d_ws) cudaFree(P->d_ws);
+    P->d_ws = tu_dev_alloc(P->plan.workspace_bytes);
+    TU_CUDA(cudaMemset(P->d_o, 0xFF, n * 2)); /* NaN poison */
+    TU_CUDA(cudaMemset(P->d_lse, 0xFF, (size_t)P->c.B * P->c.Hq * 4));
+    TU_CUDA(cudaMemset(P->d_ws, 0xFF, P->plan.workspace_bytes));
+    rd = prob_run_desc(P, 1, &pool, &win, P->d_o, P->d_lse, P->d_ws);
+    TU_OK(gpu, oscar_decode_run(gpu, &P->plan, &rd, NULL));
+    TU_CUDA(cudaDeviceSynchronize());
+    tu_dev_download(o, P->d_o, n * 2);
+    tu_dev_download(lse, P->d_lse, (size_t)P->c.B * P->c.Hq * 4);
+    for (b = 0; b < P->c.B; b++)
+        for (h = 0; h < P->c.Hq; h++) {
+            const double *ref = o_ref + ((size_t)b * P->c.Hq + h) * P->c.D;
+            const uint16_t *got = o + ((size_t)b * P->c.Hq + h) * P->c.D;
+            double num = 0, den = 0, rel, lr = lse_ref[(size_t)b * P->c.Hq + h], lg;
+            for (d = 0; d < P->c.D; d++) {
+                double x = oscar__bf16_to_f32(got[d]);
+                cr_assert(x == x, "%s: NaN in o at b=%d h=%d d=%d", what, b, h, d);
+                num += (x - ref[d]) * (x - ref[d]);
+                den += ref[d] * ref[d];
+            }
+            rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            lg = lse[(size_t)b * P->c.Hq + h];
+            if (P->c.lse_base == OSCAR_LSE_BASE_2) lg *= 0.6931471805599453;
+            if (lr == -HUGE_VAL) {
+                cr_assert(lg == -HUGE_VAL, "%s: b=%d h=%d: empty request must give lse -inf, got %g", what, b, h, lg);
+            } else {
+                e.max_lse = fmax(e.max_lse, fabs(lg - lr));
+            }
+            e.max_rel = fmax(e.max_rel, rel);
+            if (rel > tol_o || (lr != -HUGE_VAL && fabs(lg - lr) > tol_lse))
+                cr_log_error("%s: b=%d h=%d: rel. error of o %.3e, lse %.6f vs %.6f", what, b, h, rel, lg, lr);
+            cr_assert(rel <= tol_o, "%s: b=%d h=%d: relative error of o %.3e > %.1e (len int2 %lld, window %lld)", what,
+                      b, h, rel, tol_o, (long long)P->c.int2_len[b], (long long)P->c.win_len[b]);
+            cr_assert(lr == -HUGE_VAL || fabs(lg - lr) <= tol_lse, "%s: b=%d h=%d: lse %.6f vs %.6f", what, b, h, lg, lr);
+        }
+    free(o), free(lse);
+    return e;
+}
+
+/* ======================================================================== */
+/* CPU: the two-tier reference equals attention over the union of tokens.   */
+
+/* Single pass over every token, with INT2 keys and values taken back to the
+   unrotated space (k = k' R_k^T, v = v' R_v^T): no split, no merge. */
+static void union_attention(dprob *P, int b, int h, double *o, double *lse) {
+    const dcase *c = &P->c;
+    int D = c->D, kvh = h / (c->Hq / c->Hkv), d, n;
+    int64_t ni = c->int2_len[b], nw = c->win_len[b], total = ni + nw, t;
+    double *K = tu_xmalloc(sizeof(double) * (size_t)(total + 1) * D), *V = tu_xmalloc(sizeof(double) * (size_t)(total + 1) * D);
+    double q[256], m = -HUGE_VAL, l = 0, *s = tu_xmalloc(sizeof(double) * (size_t)(total + 1));
+    oscar_int2_pool_desc pool = oscar__pool_defaults(&P->pool);
+    oscar_decode_params p;
+    oscar__cpu_int2_kv ik;
+    memset(&p, 0, sizeof p);
+    pool.k_codes = P->kc, pool.v_codes = P->vc, pool.k_scales = P->ks, pool.v_scales = P->vs;
+    p.pool = oscar__pool_params(&pool);
+    p.int2_indptr = (uint64_t)(uintptr_t)P->ip, p.int2_indices = (uint64_t)(uintptr_t)P->idx;
+    ik.p = &p, ik.D = D, ik.GS = c->GS, ik.b = b, ik.kvh = kvh;
+    for (t = 0; t < ni; t++) {
+        double kr[256], vr[256];
+        oscar__cpu_int2_get(&ik, t, kr, vr);
+        for (n = 0; n < D; n++) {
+            double a = 0, bb = 0;
+            for (d = 0; d < D; d++) {
+                a += kr[d] * (P->rk ? P->rk[n * D + d] : (n == d));
+                bb += vr[d] * (P->rv ? P->rv[n * D + d] : (n == d));
+            }
+            K[t * D + n] = a, V[t * D + n] = bb;
+        }
+    }
+    {
+        oscar_window_pool_desc wf = oscar__window_defaults(&P->win, c->Hkv, D);
+        for (t = 0; t < nw; t++) {
+            int32_t page = P->widx[P->wip[b] + t / c->wps];
+            int64_t e = (int64_t)page * wf.page_stride + (t % c->wps) * wf.token_stride + (int64_t)kvh * wf.head_stride;
+            for (d = 0; d < D; d++)
+                K[(ni + t) * D + d] = oscar__bf16_to_f32(P->wk[e + d]), V[(ni + t) * D + d] = oscar__bf16_to_f32(P->wv[e + d]);
+        }
+    }
+    for (d = 0; d < D; d++) q[d] = oscar__bf16_to_f32(P->q[((size_t)b * c->Hq + h) * D + d]), o[d] = 0;
+    for (t = 0; t < total; t++) {
+        double x = 0;
+        for (d = 0; d < D; d++) x += q[d] * K[t * D + d];
+        x *= (double)(1.0f / sqrtf((float)D)); /* the float scale the runs use */
+        if (c->cap > 0) x = c->cap * tanh(x / c->cap);
+        s[t] = x;
+        if (x > m) m = x;
+    }
+    for (t = 0; t < total; t++) {
+        double w = exp(s[t] - m);
+        l += w;
+        for (d = 0; d < D; d++) o[d] += w * V[t * D + d];
+    }
+    for (d = 0; d < D; d++) o[d] = total ? o[d] / l : 0;
+    *lse = total ? m + log(l) : -HUGE_VAL;
+    free(K), free(V), free(s);
+}
+
+Test(decode_cpu, split_and_merge_are_exact) {
+    tu_rng r = tu_seed();
+    static const int64_t il[4] = {37, 0, 5, 300}, wl[4] = {20, 70, 0, 1};
+    int variant;
+    for (variant = 0; variant < 4; variant++) {
+        dcase c = {0};
+        dprob P;
+        double o_ref[4 * 8 * 256], lse_ref[4 * 8], o_u[256], lse_u;
+        int b, h, d;
+        c.B = 4, c.Hq = 8, c.Hkv = 2, c.D = variant == 2 ? 64 : 128, c.GS = variant == 1 ? 32 : c.D;
+        c.ps = variant == 3 ? 16 : variant == 2 ? 5 : 1, c.wps = 16;
+        c.scale_layout = variant % 2 ? OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO : OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+        c.rot_k = 1, c.rot_v = variant != 3, c.cap = variant == 2 ? 30.0f : 0.0f;
+        c.int2_len = il, c.win_len = wl;
+        prob_make(&r, &c, &P);
+        prob_reference(&P, o_ref, lse_ref);
+        for (b = 0; b < c.B; b++)
+            for (h = 0; h < c.Hq; h++) {
+                union_attention(&P, b, h, o_u, &lse_u);
+                if (lse_u == -HUGE_VAL) {
+                    cr_assert(lse_ref[b * c.Hq + h] == -HUGE_VAL);
+                    continue;
+                }
+                cr_assert(fabs(lse_ref[b * c.Hq + h] - lse_u) < 1e-9, "variant %d b=%d h=%d lse %.12f vs %.12f",
+                          variant, b, h, lse_ref[b * c.Hq + h], lse_u);
+                for (d = 0; d < c.D; d++)
+                    cr_assert(fabs(o_ref[((size_t)b * c.Hq + h) * c.D + d] - o_u[d]) < 1e-9 * (1 + fabs(o_u[d])),
+                              "variant %d b=%d h=%d d=%d", variant, b, h, d);
+            }
+        prob_free(&P);
+    }
+}
+
+Test(decode_cpu, plan_and_run_validation) {
+    oscar_ctx *ctx = cpu_ctx();
+    oscar_int2_pool_desc pool = {0};
+    oscar_decode_plan_desc pd = {0};
+    oscar_decode_plan_info plan;
+    oscar_decode_run_desc rd = {0};
+    oscar_status st;
+    pool.head_dim = 128, pool.num_kv_heads = 8, pool.num_pages = 10;
+    pd.num_q_heads = 36; /* not a multiple of 8 */
+    pd.int2_pool = &pool;
+    pd.batch_size = 0;
+    st = oscar_decode_plan(ctx, &pd, &plan);
+    cr_assert_eq(st, OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(ctx), "desc.num_q_heads = 36 with 8 kv heads") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "desc.batch_size = 0") != NULL, "%s", oscar_last_error(ctx));
+    pd.num_q_heads = 32, pd.batch_size = 2, pd.max_int2_tokens = 1000;
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+    cr_assert(plan.workspace_bytes > 0);
+    rd.int2_pool = &pool;
+    st = oscar_decode_run(ctx, &plan, &rd, NULL);
+    cr_assert_eq(st, OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(ctx), "desc.sm_scale = 0") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "desc.workspace") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "k_codes, v_codes") != NULL, "%s", oscar_last_error(ctx));
+    plan.magic = 0;
+    cr_assert_eq(oscar_decode_run(ctx, &plan, &rd, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    oscar_shutdown(ctx);
+}
+
+/* merge_states: parts of a token set merge to the whole; empty parts are safe */
+Test(merge_cpu, merges_exactly_and_is_nan_safe) {
+    oscar_ctx *ctx = cpu_ctx();
+    tu_rng r = tu_seed();
+    enum { D = 64, T = 90 };
+    double q[D], K[T][D], V[T][D];
+    float o_part[3][D], lse_part[3], out[D], out_lse;
+    int cuts[4] = {0, 30, 30, T}, part, t, d;
+    double m_all = -HUGE_VAL, l_all = 0, o_all[D] = {0}, s[T];
+    oscar_merge_desc md = {0};
+    for (d = 0; d < D; d++) q[d] = tu_normal(&r);
+    for (t = 0; t < T; t++)
+        for (d = 0; d < D; d++) K[t][d] = tu_normal(&r), V[t][d] = tu_normal(&r);
+    for (t = 0; t < T; t++) {
+        s[t] = 0;
+        for (d = 0; d < D; d++) s[t] += q[d] * K[t][d] / 8;
+        if (s[t] > m_all) m_all = s[t];
+    }
+    for (t = 0; t < T; t++) {
+        double w = exp(s[t] - m_all);
+        l_all += w;
+        for (d = 0; d < D; d++) o_all[d] += w * V[t][d];
+    }
+    for (part = 0; part < 3; part++) { /* part 1 is empty */
+        double m = -HUGE_VAL, l = 0, o[D] = {0};
+        for (t = cuts[part]; t < cuts[part + 1]; t++) m = fmax(m, s[t]);
+        for (t = cuts[part]; t < cuts[part + 1]; t++) {
+            double w = exp(s[t] - m);
+            l += w;
+            for (d = 0; d < D; d++) o[d] += w * V[t][d];
+        }
+        for (d = 0; d < D; d++) o_part[part][d] = l > 0 ? (float)(o[d] / l) : NAN; /* an empty state's o is garbage */
+        lse_part[part] = l > 0 ? (float)((m + log(l)) * 1.4426950408889634) : -INFINITY;
+    }
+    md.num_states = 3, md.num_rows = 1, md.head_dim = D, md.dtype = OSCAR_DTYPE_F32, md.lse_base = OSCAR_LSE_BASE_2;
+    for (part = 0; part < 3; part++) md.o[part] = o_part[part], md.lse[part] = &lse_part[part];
+    md.out_o = out, md.out_lse = &out_lse;
+    TU_OK(ctx, oscar_merge_states(ctx, &md, NULL));
+    for (d = 0; d < D; d++) cr_assert(fabs(out[d] - o_all[d] / l_all) < 1e-5, "d=%d %g vs %g", d, out[d], o_all[d] / l_all);
+    cr_assert(fabs(out_lse - (m_all + log(l_all)) * 1.4426950408889634) < 1e-5);
+    /* every state empty: o = 0, lse = -inf, no NaN */
+    lse_part[0] = lse_part[2] = -INFINITY;
+    TU_OK(ctx, oscar_merge_states(ctx, &md, NULL));
+    for (d = 0; d < D; d++) cr_assert(out[d] == 0.0f);
+    cr_assert(isinf(out_lse) && out_lse < 0);
+    oscar_shutdown(ctx);
+}
+
+/* ======================================================================== */
+/* GPU                                                                       */
+
+typedef struct gpu_class {
+    const char *name;
+    int D, GS, ps, ratio, Hkv;
+    oscar_scale_layout layout;
+    int rot_v;
+    float cap;
+} gpu_class;
+
+Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    /* one batch mixes: no INT2 history, fewer tokens than a page, window only,
+       empty, long, and a length that is not a multiple of anything */
+    static const int64_t il[8] = {0, 3, 0, 0, 4099, 777, 1, 2048};
+    static const int64_t wl[8] = {64, 320, 200, 0, 320, 1, 0, 263};
+    static const gpu_class classes[] = {
+        {"D128 G128 P16 r4 f16-scales absorbed", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
+        {"D128 G128 P1 r4 f32-scales R_v", 128, 128, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+        {"D128 G32 P16 r8 f16 R_v", 128, 32, 16, 8, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
+        {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D64 G32 P1 r8 f32", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+        {"D256 G256 P16 r4 f16", 256, 256, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D256 G64 P16 r2 f32 cap", 256, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 50.0f},
+        {"D256 G32 P7 r16 f16", 256, 32, 7, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    };
+    size_t ci;
+    for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
+        const gpu_class *k = &classes[ci];
+        dcase c = {0};
+        dprob P;
+        double *o_ref, *lse_ref;
+        derr e;
+        c.B = 8, c.Hkv = k->Hkv, c.Hq = k->Hkv * k->ratio, c.D = k->D, c.GS = k->GS, c.ps = k->ps, c.wps = 16;
+        c.scale_layout = k->layout, c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
+        c.win_layout = ci % 3 ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
+        c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
+        c.int2_len = il, c.win_len = wl;
+        c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
+        prob_make(&r, &c, &P);
+        prob_upload(&P);
+        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D);
+        lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
+        prob_reference(&P, o_ref, lse_ref);
+        e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, k->name);
+        cr_log_info("%-36s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", k->name,
+                    e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
+        free(o_ref), free(lse_ref);
+        prob_free(&P);
+    }
+    oscar_shutdown(gpu);
+}
+
+/* Results do not depend on how the tokens are split. */
+Test(decode_gpu, split_count_invariance, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t il[3] = {5000, 123, 0}, wl[3] = {300, 64, 17};
+    static const int splits[4] = {1, 3, 17, 64};
+    dcase c = {0};
+    dprob P;
+    double *o_ref, *lse_ref;
+    int i;
+    c.B = 3, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 128, c.ps = 16, c.wps = 16;
+    c.rot_k = c.rot_v = 1, c.int2_len = il, c.win_len = wl;
+    prob_make(&r, &c, &P);
+    prob_upload(&P);
+    o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
+    prob_reference(&P, o_ref, lse_ref);
+    for (i = 0; i < 4; i++) {
+        char what[64];
+        P.c.int2_splits = splits[i], P.c.window_splits = 1 + i % 3;
+        snprintf(what, sizeof what, "%d int2 splits", splits[i]);
+        prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+    }
+    free(o_ref), free(lse_ref);
+    prob_free(&P);
+    oscar_shutdown(gpu);
+}
+
+/* Large batches and a long context: 256 requests, and one request of 128K
+   tokens with non-contiguous pages (heads sampled for the reference). */
+Test(decode_gpu, large_batch_and_long_context, .timeout = 1200) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    int which;
+    for (which = 0; which < 2; which++) {
+        dcase c = {0};
+        dprob P;
+        int64_t *il = tu_xmalloc(sizeof(int64_t) * 256), *wl = tu_xmalloc(sizeof(int64_t) * 256);
+        double *o_ref, *lse_ref;
+        derr e;
+        int b;
+        c.B = which ? 1 : 256, c.Hkv = 8, c.Hq = 32, c.D = 128, c.GS = 128, c.ps = which ? 16 : 1, c.wps = 16;
+        c.rot_k = c.rot_v = 1;
+        for (b = 0; b < c.B; b++) il[b] = which ? 131072 : 1 + tu_int(&r, 3000), wl[b] = 320;
+        c.int2_len = il, c.win_len = wl;
+        prob_make(&r, &c, &P);
+        prob_upload(&P);
+        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
+        prob_reference(&P, o_ref, lse_ref);
+        e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, which ? "1 x 128K" : "256 x up to 3K");
+        cr_log_info("%s: max rel. error %.2e, max |lse error| %.2e", which ? "1 x 128K" : "256 x <=3K", e.max_rel,
+                    e.max_lse);
+        free(o_ref), free(lse_ref), free(il), free(wl);
+        prob_free(&P);
+    }
+    oscar_shutdown(gpu);
+}
+
+/* Captured once in a CUDA graph, replayed after the lengths changed (up to
+   the planned maximum): equals the reference each time, and equals a direct
+   run bit for bit. */
+Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t cap_i[4] = {2000, 2000, 2000, 2000}, cap_w[4] = {320, 320, 320, 320};
+    static const int64_t il[2][4] = {{1500, 40, 0, 900}, {1999, 1, 700, 0}};
+    static const int64_t wl[2][4] = {{300, 10, 5, 64}, {320, 0, 77, 200}};
+    enum { N = 4 * 8 * 128 };
+    dcase c = {0};
+    dprob P;
+    cudaStream_t s;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_decode_run_desc rd;
+    double *o_ref = tu_xmalloc(sizeof(double) * N), lse_ref[32];
+    uint16_t *o_graph = tu_xmalloc(N * 2), *o_direct = tu_xmalloc(N * 2);
+    int round, i;
+    c.B = 4, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 128, c.ps = 16, c.wps = 16;
+    c.rot_k = c.rot_v = 1, c.int2_len = il[0], c.win_len = wl[0], c.int2_cap = cap_i, c.win_cap = cap_w;
+    prob_make(&r, &c, &P);
+    prob_upload(&P);
+    prob_plan(gpu, &P);
+    P.d_ws = tu_dev_alloc(P.plan.workspace_bytes);
+    TU_CUDA(cudaStreamCreate(&s));
+    rd = prob_run_desc(&P, 1, &pool, &win, P.d_o, P.d_lse, P.d_ws);
+    TU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    TU_OK(gpu, oscar_decode_run(gpu, &P.plan, &rd, s));
+    TU_CUDA(cudaStreamEndCapture(s, &graph));
+    TU_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (round = 0; round < 2; round++) {
+        double worst = 0;
+        prob_set_lengths(&P, il[round], wl[round]);
+        TU_CUDA(cudaMemset(P.d_o, 0xFF, N * 2));
+        TU_CUDA(cudaGraphLaunch(exec, s));
+        TU_CUDA(cudaStreamSynchronize(s));
+        tu_dev_download(o_graph, P.d_o, N * 2);
+        TU_CUDA(cudaMemset(P.d_o, 0xFF, N * 2));
+        TU_OK(gpu, oscar_decode_run(gpu, &P.plan, &rd, s));
+        TU_CUDA(cudaStreamSynchronize(s));
+        tu_dev_download(o_direct, P.d_o, N * 2);
+        cr_assert(memcmp(o_graph, o_direct, N * 2) == 0, "round %d: graph replay differs from a direct run", round);
+        prob_reference(&P, o_ref, lse_ref);
+        for (i = 0; i < N; i++) worst = fmax(worst, fabs(oscar__bf16_to_f32(o_graph[i]) - o_ref[i]) / (1 + fabs(o_ref[i])));
+        cr_assert(worst < 0.02, "round %d: replay vs reference %g", round, worst);
+    }
+    TU_CUDA(cudaGraphExecDestroy(exec));
+    TU_CUDA(cudaGraphDestroy(graph));
+    TU_CUDA(cudaStreamDestroy(s));
+    free(o_ref), free(o_graph), free(o_direct);
+    prob_free(&P);
+    oscar_shutdown(gpu);
+}
+
+Test(merge_gpu, matches_cpu_and_is_nan_safe, .timeout = 300) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    enum { ROWS = 1000, D = 128, S = 3 };
+    uint16_t *o[S], *out_c = tu_xmalloc(ROWS * D * 2), *out_g = tu_xmalloc(ROWS * D * 2);
+    float *lse[S], lse_c[ROWS], lse_g[ROWS];
+    void *d_o[S], *d_lse[S], *d_out, *d_out_lse;
+    oscar_merge_desc md = {0};
+    int i, k;
+    for (i = 0; i < S; i++) {
+        o[i] = tu_xmalloc(ROWS * D * 2), lse[i] = tu_xmalloc(ROWS * 4);
+        for (k = 0; k < ROWS * D; k++) o[i][k] = oscar__f32_to_bf16((float)tu_normal(&r));
+        for (k = 0; k < ROWS; k++) lse[i][k] = (float)(5 * tu_normal(&r));
+        for (k = 0; k < ROWS; k += 7) lse[i][k] = -INFINITY; /* some empty states */
+        for (k = 0; k < ROWS; k += 21) o[i][k * D] = 0x7FC0;  /* NaN where empty: never read */
+    }
+    md.num_states = S, md.num_rows = ROWS, md.head_dim = D;
+    for (i = 0; i < S; i++) md.o[i] = o[i], md.lse[i] = lse[i];
+    md.out_o = out_c, md.out_lse = lse_c;
+    TU_OK(cpu, oscar_merge_states(cpu, &md, NULL));
+    for (i = 0; i < S; i++) {
+        d_o[i] = tu_dev_upload(o[i], ROWS * D * 2), d_lse[i] = tu_dev_upload(lse[i], ROWS * 4);
+        md.o[i] = d_o[i], md.lse[i] = d_lse[i];
+    }
+    d_out = tu_dev_alloc(ROWS * D * 2), d_out_lse = tu_dev_alloc(ROWS * 4);
+    md.out_o = d_out, md.out_lse = d_out_lse;
+    TU_OK(gpu, oscar_merge_states(gpu, &md, NULL));
+    TU_CUDA(cudaDeviceSynchronize());
+    tu_dev_download(out_g, d_out, ROWS * D * 2);
+    tu_dev_download(lse_g, d_out_lse, ROWS * 4);
+    for (k = 0; k < ROWS; k++) {
+        if (isinf(lse_c[k])) {
+            cr_assert(isinf(lse_g[k]) && lse_g[k] < 0, "row %d", k);
+        } else {
+            cr_assert(fabs(lse_g[k] - lse_c[k]) < 1e-5, "row %d lse %g vs %g", k, lse_g[k], lse_c[k]);
+        }
+        for (i = 0; i < D; i++) {
+            float a = oscar__bf16_to_f32(out_g[k * D + i]), b = oscar__bf16_to_f32(out_c[k * D + i]);
+            cr_assert(a == a, "NaN at row %d", k);
+            cr_assert(fabsf(a - b) <= 0.01f * (1 + fabsf(b)), "row %d dim %d: %g vs %g", k, i, a, b);
+        }
+    }
+    for (i = 0; i < S; i++) cudaFree(d_o[i]), cudaFree(d_lse[i]), free(o[i]), free(lse[i]);
+    cudaFree(d_out), cudaFree(d_out_lse), free(out_c), free(out_g);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
