@@ -95,7 +95,7 @@ static inline double bu_copy_bandwidth_tbps(size_t bytes) {
 /* ---- result files ---------------------------------------------------------- */
 typedef struct bu_report {
     char name[64];
-    char gpu[128];
+    char gpu[256];
     char date[32];
     char commit[64];
     char command[512];

@@ -381,7 +381,7 @@ OSCAR__PRIVATE void oscar__cpu_decode_head(const oscar_decode_params *p, int D, 
                                            double *lse_out, double *scratch) {
     int d, n, r = p->group_ratio, kvh = h / r;
     const uint16_t *qp = OSCAR__RCAST(const uint16_t *, p->q) + b * p->q_batch_stride + h * p->q_head_stride;
-    double q[256], qr[256], o1r[256], o1[256], o2[256], lse1, lse2, m, w1, w2;
+    double q[256] = {0}, qr[256] = {0}, o1r[256] = {0}, o1[256] = {0}, o2[256] = {0}, lse1, lse2, m, w1, w2;
     oscar__cpu_int2_kv ik;
     oscar__cpu_win_kv wk;
     for (d = 0; d < D; d++) q[d] = oscar__to_f32(qp[d], p->q_dtype);

@@ -7,6 +7,10 @@ oscar_install_build_deps() {
   if [[ "${1:-}" == criterion ]] && ! pkg-config --exists criterion 2>/dev/null; then
     need+=(libcriterion-dev)
   fi
+  # LAPACK (opened at run time by the CPU calibration path); the tests that fit rotations skip without it
+  if [[ "${1:-}" == criterion ]] && ! ldconfig -p 2>/dev/null | grep -q 'liblapack.so.3'; then
+    need+=(liblapack3)
+  fi
   if ((${#need[@]})); then
     local sudo=""
     [[ "$(id -u)" -ne 0 ]] && sudo=sudo

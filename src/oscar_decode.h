@@ -160,6 +160,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     }
     pl.ws_lse_offset = pl.ws_o_offset + oscar__align256(B * Hq * splits_total * D * 4);
     pl.workspace_bytes = pl.ws_lse_offset + oscar__align256(B * Hq * splits_total * 4);
+    if (ctx->backend == OSCAR_BACKEND_CPU) pl.workspace_bytes = 0; /* the C reference needs none */
     pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio);
     pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio);
     if (ctx->backend == OSCAR_BACKEND_CUDA) {
@@ -250,8 +251,9 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     OSCAR__VALIDATE(&v, d.sm_scale > 0.0f && d.sm_scale < 1e30f, "desc.sm_scale = %g; expected > 0 (*must* be set)",
                     OSCAR__CAST(double, d.sm_scale));
     OSCAR__VALIDATE(&v, d.logit_cap >= 0.0f, "desc.logit_cap = %g; expected >= 0", OSCAR__CAST(double, d.logit_cap));
-    OSCAR__VALIDATE(&v, d.workspace && d.workspace_bytes >= plan->workspace_bytes &&
-                            OSCAR__RCAST(uintptr_t, d.workspace) % 256 == 0,
+    OSCAR__VALIDATE(&v,
+                    plan->workspace_bytes == 0 || (d.workspace && d.workspace_bytes >= plan->workspace_bytes &&
+                                                   OSCAR__RCAST(uintptr_t, d.workspace) % 256 == 0),
                     "desc.workspace = %p (%zu bytes); expected a 256-byte aligned buffer of plan.workspace_bytes = %zu",
                     d.workspace, d.workspace_bytes, plan->workspace_bytes);
     OSCAR__VALIDATE(&v,
