@@ -130,6 +130,15 @@ __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
     return hfma2_bf16((r & (0x00030003u << (2 * k))) | 0x43004300u, mul, add);
 }
 
+/* code_pair_{f16,bf16}<k> for a quarter k known after unrolling */
+template <int DTYPE>
+__device__ __forceinline__ u32 code_pair(u32 r, int k) {
+    if constexpr (DTYPE == OSCAR_K_DTYPE_F16)
+        return k == 0 ? code_pair_f16<0>(r) : k == 1 ? code_pair_f16<1>(r) : k == 2 ? code_pair_f16<2>(r) : code_pair_f16<3>(r);
+    else
+        return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
+}
+
 /* Where the fragment elements of k-step ks (QK) and m-tile mt (PV) come from
    in a packed row: for D >= 128, 32-byte block bk, byte-in-pair i/j, quarter
    k; for D = 64, one 16-byte block. Natural dims of this lane's elements: */
@@ -408,7 +417,6 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     pdl_launch_next();
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int r = p.group_ratio;
     const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
     const int *indices = reinterpret_cast<const int *>(p.int2_indices);
     const int ps = PAGE_SIZE > 0 ? PAGE_SIZE : p.pool.page_size;
@@ -559,18 +567,18 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
                 if constexpr (D == 64) {
                     const u32 r0 = kr[0][0], r1 = kr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
                     /* i = 0 -> columns 2c.., i = 1 -> columns 2c + 8.. */
-                    a0 = ks == 0 ? code_pair_f16<0>(r0) : ks == 1 ? code_pair_f16<1>(r0) : ks == 2 ? code_pair_f16<2>(r0) : code_pair_f16<3>(r0);
-                    a1 = ks == 0 ? code_pair_f16<0>(r1) : ks == 1 ? code_pair_f16<1>(r1) : ks == 2 ? code_pair_f16<2>(r1) : code_pair_f16<3>(r1);
-                    a2 = ks == 0 ? code_pair_f16<0>(r0s) : ks == 1 ? code_pair_f16<1>(r0s) : ks == 2 ? code_pair_f16<2>(r0s) : code_pair_f16<3>(r0s);
-                    a3 = ks == 0 ? code_pair_f16<0>(r1s) : ks == 1 ? code_pair_f16<1>(r1s) : ks == 2 ? code_pair_f16<2>(r1s) : code_pair_f16<3>(r1s);
+                    a0 = code_pair<OSCAR_K_DTYPE_F16>(r0, ks);
+                    a1 = code_pair<OSCAR_K_DTYPE_F16>(r1, ks);
+                    a2 = code_pair<OSCAR_K_DTYPE_F16>(r0s, ks);
+                    a3 = code_pair<OSCAR_K_DTYPE_F16>(r1s, ks);
                 } else {
                     const int bk = ks / 8, i = (ks % 8) / 4, k = ks % 4;
                     const u32 r0 = i ? kr[bk][0] >> 8 : kr[bk][0], r1 = i ? kr[bk][1] >> 8 : kr[bk][1];
                     const u32 r2 = i ? kr[bk][2] >> 8 : kr[bk][2], r3 = i ? kr[bk][3] >> 8 : kr[bk][3];
-                    a0 = k == 0 ? code_pair_f16<0>(r0) : k == 1 ? code_pair_f16<1>(r0) : k == 2 ? code_pair_f16<2>(r0) : code_pair_f16<3>(r0);
-                    a1 = k == 0 ? code_pair_f16<0>(r1) : k == 1 ? code_pair_f16<1>(r1) : k == 2 ? code_pair_f16<2>(r1) : code_pair_f16<3>(r1);
-                    a2 = k == 0 ? code_pair_f16<0>(r2) : k == 1 ? code_pair_f16<1>(r2) : k == 2 ? code_pair_f16<2>(r2) : code_pair_f16<3>(r2);
-                    a3 = k == 0 ? code_pair_f16<0>(r3) : k == 1 ? code_pair_f16<1>(r3) : k == 2 ? code_pair_f16<2>(r3) : code_pair_f16<3>(r3);
+                    a0 = code_pair<OSCAR_K_DTYPE_F16>(r0, k);
+                    a1 = code_pair<OSCAR_K_DTYPE_F16>(r1, k);
+                    a2 = code_pair<OSCAR_K_DTYPE_F16>(r2, k);
+                    a3 = code_pair<OSCAR_K_DTYPE_F16>(r3, k);
                 }
                 const int grp = MAP::k_group_base(ks) / GROUP_SIZE;
 #pragma unroll
@@ -667,18 +675,18 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
                 u32 a0, a1, a2, a3;
                 if constexpr (D == 64) {
                     const u32 r0 = vr[0][0], r1 = vr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
-                    a0 = mt == 0 ? code_pair_bf16<0>(r0) : mt == 1 ? code_pair_bf16<1>(r0) : mt == 2 ? code_pair_bf16<2>(r0) : code_pair_bf16<3>(r0);
-                    a1 = mt == 0 ? code_pair_bf16<0>(r0s) : mt == 1 ? code_pair_bf16<1>(r0s) : mt == 2 ? code_pair_bf16<2>(r0s) : code_pair_bf16<3>(r0s);
-                    a2 = mt == 0 ? code_pair_bf16<0>(r1) : mt == 1 ? code_pair_bf16<1>(r1) : mt == 2 ? code_pair_bf16<2>(r1) : code_pair_bf16<3>(r1);
-                    a3 = mt == 0 ? code_pair_bf16<0>(r1s) : mt == 1 ? code_pair_bf16<1>(r1s) : mt == 2 ? code_pair_bf16<2>(r1s) : code_pair_bf16<3>(r1s);
+                    a0 = code_pair<OSCAR_K_DTYPE_BF16>(r0, mt);
+                    a1 = code_pair<OSCAR_K_DTYPE_BF16>(r0s, mt);
+                    a2 = code_pair<OSCAR_K_DTYPE_BF16>(r1, mt);
+                    a3 = code_pair<OSCAR_K_DTYPE_BF16>(r1s, mt);
                 } else {
                     const int bk = mt / 8, j = (mt % 8) / 4, k = mt % 4;
                     const u32 r0 = j ? vr[bk][0] >> 8 : vr[bk][0], r1 = j ? vr[bk][1] >> 8 : vr[bk][1];
                     const u32 r2 = j ? vr[bk][2] >> 8 : vr[bk][2], r3 = j ? vr[bk][3] >> 8 : vr[bk][3];
-                    a0 = k == 0 ? code_pair_bf16<0>(r0) : k == 1 ? code_pair_bf16<1>(r0) : k == 2 ? code_pair_bf16<2>(r0) : code_pair_bf16<3>(r0);
-                    a1 = k == 0 ? code_pair_bf16<0>(r1) : k == 1 ? code_pair_bf16<1>(r1) : k == 2 ? code_pair_bf16<2>(r1) : code_pair_bf16<3>(r1);
-                    a2 = k == 0 ? code_pair_bf16<0>(r2) : k == 1 ? code_pair_bf16<1>(r2) : k == 2 ? code_pair_bf16<2>(r2) : code_pair_bf16<3>(r2);
-                    a3 = k == 0 ? code_pair_bf16<0>(r3) : k == 1 ? code_pair_bf16<1>(r3) : k == 2 ? code_pair_bf16<2>(r3) : code_pair_bf16<3>(r3);
+                    a0 = code_pair<OSCAR_K_DTYPE_BF16>(r0, k);
+                    a1 = code_pair<OSCAR_K_DTYPE_BF16>(r1, k);
+                    a2 = code_pair<OSCAR_K_DTYPE_BF16>(r2, k);
+                    a3 = code_pair<OSCAR_K_DTYPE_BF16>(r3, k);
                 }
                 const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
