@@ -658,7 +658,7 @@ OSCAR__PRIVATE oscar_status oscar__calib_copy_stats(oscar_calib *c, const char *
     if (!view.on_device) {
         if (dst)
             memcpy(dst, view.data, sizeof(double) * OSCAR__CAST(size_t, count));
-        else
+        else if (src)
             memcpy(view.data, src, sizeof(double) * OSCAR__CAST(size_t, count));
         return OSCAR_OK;
     }
