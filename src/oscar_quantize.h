@@ -24,7 +24,8 @@ OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_de
     oscar_quantize_desc d;
     oscar_quantize_layer_desc single;
     const oscar_quantize_layer_desc *layers;
-    oscar_quantize_params *p = NULL;
+    oscar_quantize_params params; /* 3.2 KB: on the stack, no allocation per call */
+    oscar_quantize_params *p = &params;
     oscar_status st;
     int32_t l, any_rot = 0;
     int H, D;
@@ -115,8 +116,7 @@ OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_de
     st = oscar__validate_end(&v);
     if (st != OSCAR_OK || d.num_tokens == 0) return st;
 
-    p = OSCAR__CAST(oscar_quantize_params *, oscar__calloc(ctx, sizeof *p));
-    if (!p) return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_quantize_kv: out of memory");
+    memset(p, 0, sizeof *p);
     p->pool = oscar__pool_params(&pool);
     p->src_slots = OSCAR__RCAST(uint64_t, d.src_slots);
     p->dst_slots = OSCAR__RCAST(uint64_t, d.dst_slots);
@@ -159,7 +159,6 @@ OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_de
                                 OSCAR__CAST(unsigned, oscar__quant_smem_bytes(D, rot_here)), stream, p);
         }
     }
-    oscar__free(ctx, p);
     return st;
 }
 
