@@ -139,6 +139,35 @@ __device__ __forceinline__ u32 code_pair(u32 r, int k) {
         return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
 }
 
+/* The four A-fragment registers of k-step / m-tile `step` from a lane's
+   ldmatrix registers r (see int2_map for which dims they hold). D >= 128:
+   block step / 8, byte-in-pair (step % 8) / 4, quarter step % 4 of r[block][0..3].
+   D = 64: quarter `step` of the low and high bytes of r[0][0..1], in the order
+   the operand needs (QK: token g, g + 8 first; PV: dims g, g + 8 first). */
+template <int DTYPE, int D, bool PV, int NBLK>
+__device__ __forceinline__ void code_frags(const u32 (&r)[NBLK][4], int step, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
+    if constexpr (D == 64) {
+        const u32 lo0 = r[0][0], lo1 = r[0][1], hi0 = lo0 >> 8, hi1 = lo1 >> 8;
+        a0 = code_pair<DTYPE>(lo0, step);
+        a1 = code_pair<DTYPE>(PV ? hi0 : lo1, step);
+        a2 = code_pair<DTYPE>(PV ? lo1 : hi0, step);
+        a3 = code_pair<DTYPE>(hi1, step);
+    } else {
+        const int bk = step / 8, i = (step % 8) / 4, k = step % 4;
+        a0 = code_pair<DTYPE>(i ? r[bk][0] >> 8 : r[bk][0], k);
+        a1 = code_pair<DTYPE>(i ? r[bk][1] >> 8 : r[bk][1], k);
+        a2 = code_pair<DTYPE>(i ? r[bk][2] >> 8 : r[bk][2], k);
+        a3 = code_pair<DTYPE>(i ? r[bk][3] >> 8 : r[bk][3], k);
+    }
+}
+
+/* Sum over the 8 lanes that share c (the rows of one mma fragment column). */
+__device__ __forceinline__ float row_lanes_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
 /* Where the fragment elements of k-step ks (QK) and m-tile mt (PV) come from
    in a packed row: for D >= 128, 32-byte block bk, byte-in-pair i/j, quarter
    k; for D = 64, one 16-byte block. Natural dims of this lane's elements: */
@@ -258,6 +287,21 @@ struct cta_combine {
     static constexpr int BYTES = WARPS * NH * 8 * (2 + D) * 4;
     __device__ static float *m_of(u8 *smem, int w) { return reinterpret_cast<float *>(smem) + w * NH * 8; }
     __device__ static float *l_of(u8 *smem, int w) { return reinterpret_cast<float *>(smem) + (WARPS + w) * NH * 8; }
+    /* reduce the lanes' partial l over the rows, then lanes of row 0 store (m, l) */
+    __device__ static void store_state(u8 *smem, int w, int g, int c, softmax_state<NH> &st) {
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) st.l[nh][e] = row_lanes_sum(st.l[nh][e]);
+        if (g == 0)
+#pragma unroll
+            for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    m_of(smem, w)[nh * 8 + 2 * c + e] = st.m[nh][e];
+                    l_of(smem, w)[nh * 8 + 2 * c + e] = st.l[nh][e];
+                }
+    }
     __device__ static float *o_of(u8 *smem, int w, int h) {
         return reinterpret_cast<float *>(smem) + 2 * WARPS * NH * 8 + (w * NH * 8 + h) * D;
     }
@@ -564,22 +608,7 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
                 u32 a0, a1, a2, a3;
-                if constexpr (D == 64) {
-                    const u32 r0 = kr[0][0], r1 = kr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
-                    /* i = 0 -> columns 2c.., i = 1 -> columns 2c + 8.. */
-                    a0 = code_pair<OSCAR_K_DTYPE_F16>(r0, ks);
-                    a1 = code_pair<OSCAR_K_DTYPE_F16>(r1, ks);
-                    a2 = code_pair<OSCAR_K_DTYPE_F16>(r0s, ks);
-                    a3 = code_pair<OSCAR_K_DTYPE_F16>(r1s, ks);
-                } else {
-                    const int bk = ks / 8, i = (ks % 8) / 4, k = ks % 4;
-                    const u32 r0 = i ? kr[bk][0] >> 8 : kr[bk][0], r1 = i ? kr[bk][1] >> 8 : kr[bk][1];
-                    const u32 r2 = i ? kr[bk][2] >> 8 : kr[bk][2], r3 = i ? kr[bk][3] >> 8 : kr[bk][3];
-                    a0 = code_pair<OSCAR_K_DTYPE_F16>(r0, k);
-                    a1 = code_pair<OSCAR_K_DTYPE_F16>(r1, k);
-                    a2 = code_pair<OSCAR_K_DTYPE_F16>(r2, k);
-                    a3 = code_pair<OSCAR_K_DTYPE_F16>(r3, k);
-                }
+                code_frags<OSCAR_K_DTYPE_F16, D, false>(kr, ks, a0, a1, a2, a3);
                 const int grp = MAP::k_group_base(ks) / GROUP_SIZE;
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++) {
@@ -673,21 +702,7 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 u32 a0, a1, a2, a3;
-                if constexpr (D == 64) {
-                    const u32 r0 = vr[0][0], r1 = vr[0][1], r0s = r0 >> 8, r1s = r1 >> 8;
-                    a0 = code_pair<OSCAR_K_DTYPE_BF16>(r0, mt);
-                    a1 = code_pair<OSCAR_K_DTYPE_BF16>(r0s, mt);
-                    a2 = code_pair<OSCAR_K_DTYPE_BF16>(r1, mt);
-                    a3 = code_pair<OSCAR_K_DTYPE_BF16>(r1s, mt);
-                } else {
-                    const int bk = mt / 8, j = (mt % 8) / 4, k = mt % 4;
-                    const u32 r0 = j ? vr[bk][0] >> 8 : vr[bk][0], r1 = j ? vr[bk][1] >> 8 : vr[bk][1];
-                    const u32 r2 = j ? vr[bk][2] >> 8 : vr[bk][2], r3 = j ? vr[bk][3] >> 8 : vr[bk][3];
-                    a0 = code_pair<OSCAR_K_DTYPE_BF16>(r0, k);
-                    a1 = code_pair<OSCAR_K_DTYPE_BF16>(r1, k);
-                    a2 = code_pair<OSCAR_K_DTYPE_BF16>(r2, k);
-                    a3 = code_pair<OSCAR_K_DTYPE_BF16>(r3, k);
-                }
+                code_frags<OSCAR_K_DTYPE_BF16, D, true>(vr, mt, a0, a1, a2, a3);
                 const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++) {
@@ -703,33 +718,13 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     /* ---- reduce the per-lane sums over the 8 row lanes and hand the warp's
        state to the CTA combine */
 #pragma unroll
-    for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float l = sm.l[nh][e];
-            l += __shfl_xor_sync(0xffffffffu, l, 4);
-            l += __shfl_xor_sync(0xffffffffu, l, 8);
-            l += __shfl_xor_sync(0xffffffffu, l, 16);
-            sm.l[nh][e] = l;
-#pragma unroll
-            for (int grp = 0; grp < G; grp++) {
-                float v = vmin[grp][nh][e];
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                vmin[grp][nh][e] = v;
-            }
-        }
-    __syncthreads(); /* every warp is done with its pipeline smem */
-    if (g == 0) {
+    for (int grp = 0; grp < G; grp++)
 #pragma unroll
         for (int nh = 0; nh < NH; nh++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                COMB::m_of(smem, warp)[nh * 8 + 2 * c + e] = sm.m[nh][e];
-                COMB::l_of(smem, warp)[nh * 8 + 2 * c + e] = sm.l[nh][e];
-            }
-    }
+            for (int e = 0; e < 2; e++) vmin[grp][nh][e] = row_lanes_sum(vmin[grp][nh][e]);
+    __syncthreads(); /* every warp is done with its pipeline smem */
+    COMB::store_state(smem, warp, g, c, sm);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
@@ -890,27 +885,8 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
         __syncwarp();
     }
     cp_async_wait<0>();
-
-#pragma unroll
-    for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float l = sm.l[nh][e];
-            l += __shfl_xor_sync(0xffffffffu, l, 4);
-            l += __shfl_xor_sync(0xffffffffu, l, 8);
-            l += __shfl_xor_sync(0xffffffffu, l, 16);
-            sm.l[nh][e] = l;
-        }
-    __syncthreads();
-    if (g == 0) {
-#pragma unroll
-        for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                COMB::m_of(smem, warp)[nh * 8 + 2 * c + e] = sm.m[nh][e];
-                COMB::l_of(smem, warp)[nh * 8 + 2 * c + e] = sm.l[nh][e];
-            }
-    }
+    __syncthreads(); /* every warp is done with its pipeline smem */
+    COMB::store_state(smem, warp, g, c, sm);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
