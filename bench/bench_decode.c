@@ -4,7 +4,9 @@
    loads), oscar's BF16 decode over all tokens, and the copy bandwidth.
    Inputs rotate among enough copies that the working set exceeds the L2.
    Prints a table and writes bench/results/decode.md and .json.
-     usage: bench_decode [--quick] [--out DIR] [--int2-layout nhd|hnd] [--page N] */
+     usage: bench_decode [--quick] [--shape B:CTX:D] [--reps N] [--out DIR]
+                         [--int2-layout nhd|hnd] [--page N]
+     --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1). */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -131,13 +133,27 @@ int main(int argc, char **argv) {
     oscar_ctx *ctx = NULL;
     bu_report rep;
     char md[1024], js[2048];
-    int si, i;
+    int si, i, reps = 30, warmup = 5;
+    shape one;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--int2-layout") && i + 1 < argc)
             int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+            if (reps < 1) reps = 1;
+            warmup = reps < 5 ? 0 : 5;
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            long long c = 0;
+            if (sscanf(argv[++i], "%d:%lld:%d", &one.B, &c, &one.D) != 3 || one.B < 1 || c < 1 ||
+                (one.D != 64 && one.D != 128 && one.D != 256)) {
+                printf("--shape wants B:CTX:D with B, CTX >= 1 and D in {64, 128, 256}, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+            one.ctx = c, shapes = &one, nshapes = 1;
+        }
     }
     if (oscar_setup(&desc, &ctx) != OSCAR_OK) {
         printf("bench_decode needs a CUDA GPU: %s\n", oscar_last_error(NULL));
@@ -214,7 +230,7 @@ int main(int argc, char **argv) {
         rd.workspace = ws, rd.workspace_bytes = plan.workspace_bytes;
         memset(&a, 0, sizeof a);
         a.ctx = ctx, a.plan = &plan, a.rd = &rd, a.pool = &pool, a.win = &win, a.sets = sets, a.nsets = nsets;
-        us = bu_time_us(run_decode, &a, 5, 30, &spread);
+        us = bu_time_us(run_decode, &a, warmup, reps, &spread);
         {
             /* no NaN in the output */
             uint16_t *h = malloc(q_bytes);
@@ -233,7 +249,7 @@ int main(int argc, char **argv) {
         a.ptrs[7] = d_idx, a.bytes[7] = (size_t)(S->B * ((L + int2_ps - 1) / int2_ps)) * 4 + 16;
         if (a.bytes[0] == 0) a.bytes[0] = a.bytes[1] = a.bytes[2] = a.bytes[3] = 16;
         a.sink = sink;
-        floor_us = bu_time_us(run_floor, &a, 5, 30, NULL);
+        floor_us = bu_time_us(run_floor, &a, warmup, reps, NULL);
         bytes = (double)(a.bytes[0] + a.bytes[1] + a.bytes[2] + a.bytes[3] + a.bytes[4] + a.bytes[5] + a.bytes[6] +
                          a.bytes[7]) + (double)q_bytes;
         tbps = bytes / (us * 1e-6) / 1e12;
@@ -271,7 +287,7 @@ int main(int argc, char **argv) {
                 br.workspace = bws, br.workspace_bytes = ws_bytes;
                 memset(&ba, 0, sizeof ba);
                 ba.ctx = ctx, ba.plan = &plan_bf16, ba.rd = &br, ba.pool = &bp, ba.win = &bw, ba.sets = bsets, ba.nsets = nb;
-                bf16_us = bu_time_us(run_decode, &ba, 5, 30, NULL);
+                bf16_us = bu_time_us(run_decode, &ba, warmup, reps, NULL);
                 cudaFree(bws);
             }
             for (kb = 0; kb < nb; kb++) cudaFree(bsets[kb].wk), cudaFree(bsets[kb].wv);

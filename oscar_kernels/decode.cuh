@@ -242,6 +242,13 @@ __device__ __forceinline__ void split_range(int len, int splits, int split, int 
     end = min(len, start + chunk);
 }
 
+/* Tiles w, w + warps, w + 2 warps, ... of `total` belong to warp w. (v1-v3
+   looped every warp over all `total` tiles, 3 of 4 of them past the split's
+   end and fully masked: 4x the instructions for the same result.) */
+__device__ __forceinline__ int warp_tiles(int total, int warp, int warps) {
+    return total > warp ? (total - warp + warps - 1) / warps : 0;
+}
+
 /* ---- per-warp online softmax over the heads of one CTA -------------------- */
 /* Lane (g, c) owns heads nh*8 + 2c + e of every n-tile. */
 template <int NH>
@@ -502,7 +509,8 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     const int scale_bytes = G * (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO ? 8 : 4);
     const u8 *kcodes = reinterpret_cast<const u8 *>(p.pool.k_codes), *vcodes = reinterpret_cast<const u8 *>(p.pool.v_codes);
     const u8 *kscales = reinterpret_cast<const u8 *>(p.pool.k_scales), *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales);
-    const int ntiles = (end - start + TOK - 1) / TOK;
+    /* the split's tiles are dealt round-robin to the warps: this warp's count */
+    const int ntiles = warp_tiles((end - start + TOK - 1) / TOK, warp, WARPS);
     /* lane i loads token i of a tile: its page id is fetched one tile ahead */
     auto page_of = [&](int tile) -> int {
         const int t = start + (warp + WARPS * tile) * TOK + lane;
@@ -791,7 +799,8 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
 
     u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
     const u16 *kc = reinterpret_cast<const u16 *>(p.win_k), *vc = reinterpret_cast<const u16 *>(p.win_v);
-    const int ntiles = (end - start + TOK - 1) / TOK;
+    /* the split's tiles are dealt round-robin to the warps: this warp's count */
+    const int ntiles = warp_tiles((end - start + TOK - 1) / TOK, warp, WARPS);
     /* lane pair (2i, 2i+1) loads token i: ROW / 16 chunks split between them */
     auto page_of = [&](int tile) -> int {
         const int t = start + (warp + WARPS * tile) * TOK + lane / 2;
