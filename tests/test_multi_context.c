@@ -684,3 +684,594 @@ Test(calib_ranks_gpu, token_halves_on_two_contexts_summed_on_device, .timeout = 
     cal_free(&d);
     oscar_shutdown(c0), oscar_shutdown(c1);
 }
+
+/* ---- quantize -> decode, one problem per thread ------------------------- */
+
+/* One layer's decode problem in host memory: bf16 K/V rows that quantize
+   writes into the INT2 pool (slots from a shuffled page table), the engine's
+   bf16 window cache (NHD), queries, the layer's rotations. */
+typedef struct mc_prob {
+    int B, Hq, Hkv, D, GS, ps, wps;
+    int64_t int2_len[4], win_len[4], T; /* T = INT2 tokens in all */
+    int32_t int2_pages, win_pages;
+    int32_t *ip, *idx, *last, *wip, *widx, *wlast; /* CSR tables */
+    int32_t *dst_slots;                            /* [T] */
+    uint16_t *src_k, *src_v;                       /* [T][Hkv][D] */
+    uint16_t *wk, *wv;                             /* [win_pages][wps][Hkv][D] */
+    uint16_t *q;                                   /* [B][Hq][D] */
+    float *rk, *rv;                                /* [D][D] */
+    int int2_splits, window_splits;                /* 0: the plan chooses */
+} mc_prob;
+
+static void mc_table(tu_rng *r, int B, const int64_t *len, int ps, int32_t **ip, int32_t **idx, int32_t **last,
+                     int32_t *num_pages) {
+    int64_t total = 0, *perm, i;
+    int b, k = 0;
+    for (b = 0; b < B; b++) total += (len[b] + ps - 1) / ps;
+    *num_pages = (int32_t)total + 3; /* a few pages nobody owns */
+    perm = tu_xmalloc(sizeof(int64_t) * (size_t)*num_pages);
+    tu_permutation(r, perm, *num_pages);
+    *ip = tu_xmalloc(sizeof(int32_t) * (size_t)(B + 1)), *last = tu_xmalloc(sizeof(int32_t) * (size_t)B);
+    *idx = tu_xmalloc(sizeof(int32_t) * (size_t)(total + 1));
+    (*ip)[0] = 0;
+    for (b = 0; b < B; b++) {
+        int64_t np = (len[b] + ps - 1) / ps;
+        for (i = 0; i < np; i++, k++) (*idx)[k] = (int32_t)perm[k];
+        (*ip)[b + 1] = k;
+        (*last)[b] = np ? (int32_t)(len[b] - (np - 1) * ps) : 1;
+    }
+    free(perm);
+}
+
+static void mc_rotation(tu_rng *r, int D, float *R) {
+    double *U = cr_dalloc((size_t)D * D);
+    int i;
+    random_orthogonal(r, D, U);
+    for (i = 0; i < D * D; i++) R[i] = (float)U[i];
+    free(U);
+}
+
+static void mc_make(tu_rng *r, int D, int GS, int Hkv, int ratio, int variant, mc_prob *P) {
+    /* requests: long, sub-page, window only, no INT2 and a single window token */
+    static const int64_t il[2][4] = {{1531, 7, 0, 900}, {2048, 300, 16, 0}};
+    static const int64_t wl[2][4] = {{320, 64, 200, 1}, {256, 320, 0, 77}};
+    int b, h, d;
+    int64_t t, i;
+    memset(P, 0, sizeof *P);
+    P->B = 4, P->Hkv = Hkv, P->Hq = Hkv * ratio, P->D = D, P->GS = GS, P->ps = 16, P->wps = 16;
+    for (b = 0; b < 4; b++) P->int2_len[b] = il[variant % 2][b], P->win_len[b] = wl[variant % 2][b], P->T += P->int2_len[b];
+    mc_table(r, P->B, P->int2_len, P->ps, &P->ip, &P->idx, &P->last, &P->int2_pages);
+    mc_table(r, P->B, P->win_len, P->wps, &P->wip, &P->widx, &P->wlast, &P->win_pages);
+    P->dst_slots = tu_xmalloc(sizeof(int32_t) * (size_t)(P->T + 1));
+    for (b = 0, t = 0; b < P->B; b++)
+        for (i = 0; i < P->int2_len[b]; i++) P->dst_slots[t++] = P->idx[P->ip[b] + i / P->ps] * P->ps + (int32_t)(i % P->ps);
+    P->src_k = tu_xmalloc((size_t)(P->T + 1) * Hkv * D * 2), P->src_v = tu_xmalloc((size_t)(P->T + 1) * Hkv * D * 2);
+    for (t = 0; t < P->T; t++)
+        for (h = 0; h < Hkv; h++)
+            for (d = 0; d < D; d++) { /* outlier channels, as real keys have */
+                size_t e = ((size_t)t * Hkv + h) * D + d;
+                P->src_k[e] = oscar__f32_to_bf16((float)(tu_normal(r) * (d % 17 == 3 ? 12.0 : 1.0)));
+                P->src_v[e] = oscar__f32_to_bf16((float)tu_normal(r));
+            }
+    {
+        size_t n = (size_t)P->win_pages * P->wps * Hkv * D;
+        P->wk = tu_xmalloc(n * 2), P->wv = tu_xmalloc(n * 2);
+        for (i = 0; i < (int64_t)n; i++) {
+            P->wk[i] = oscar__f32_to_bf16((float)(tu_normal(r) * ((i % D) % 17 == 3 ? 12.0 : 1.0)));
+            P->wv[i] = oscar__f32_to_bf16((float)tu_normal(r));
+        }
+    }
+    P->q = tu_xmalloc((size_t)P->B * P->Hq * D * 2);
+    for (i = 0; i < (int64_t)P->B * P->Hq * D; i++) P->q[i] = oscar__f32_to_bf16((float)(1.5 * tu_normal(r)));
+    P->rk = tu_xmalloc(sizeof(float) * (size_t)D * D), P->rv = tu_xmalloc(sizeof(float) * (size_t)D * D);
+    mc_rotation(r, D, P->rk);
+    mc_rotation(r, D, P->rv);
+}
+
+static void mc_free(mc_prob *P) {
+    free(P->ip), free(P->idx), free(P->last), free(P->wip), free(P->widx), free(P->wlast), free(P->dst_slots);
+    free(P->src_k), free(P->src_v), free(P->wk), free(P->wv), free(P->q), free(P->rk), free(P->rv);
+}
+
+/* Rank `rank` of `nranks` in tensor parallelism: KV heads [rank·H/n,
+   (rank+1)·H/n) and the query heads that belong to them; the same tokens,
+   page tables and rotations (rotations are per layer, shared by its heads). */
+static void mc_shard(const mc_prob *F, int rank, int nranks, mc_prob *S) {
+    int h = F->Hkv / nranks, hq = F->Hq / nranks;
+    int64_t rows, i;
+    size_t wrows;
+    *S = *F;
+    S->Hkv = h, S->Hq = hq;
+#define MC_DUP(field, n) (S->field = tu_xmalloc(sizeof *F->field * (size_t)(n)), memcpy(S->field, F->field, sizeof *F->field * (size_t)(n)))
+    MC_DUP(ip, F->B + 1), MC_DUP(idx, F->ip[F->B] + 1), MC_DUP(last, F->B);
+    MC_DUP(wip, F->B + 1), MC_DUP(widx, F->wip[F->B] + 1), MC_DUP(wlast, F->B);
+    MC_DUP(dst_slots, F->T + 1), MC_DUP(rk, F->D * F->D), MC_DUP(rv, F->D * F->D);
+#undef MC_DUP
+    rows = F->T;
+    S->src_k = tu_xmalloc((size_t)(rows + 1) * h * F->D * 2), S->src_v = tu_xmalloc((size_t)(rows + 1) * h * F->D * 2);
+    for (i = 0; i < rows; i++) {
+        memcpy(S->src_k + (size_t)i * h * F->D, F->src_k + ((size_t)i * F->Hkv + (size_t)rank * h) * F->D, (size_t)h * F->D * 2);
+        memcpy(S->src_v + (size_t)i * h * F->D, F->src_v + ((size_t)i * F->Hkv + (size_t)rank * h) * F->D, (size_t)h * F->D * 2);
+    }
+    wrows = (size_t)F->win_pages * F->wps; /* NHD: [page][token] rows of Hkv heads */
+    S->wk = tu_xmalloc(wrows * h * F->D * 2), S->wv = tu_xmalloc(wrows * h * F->D * 2);
+    for (i = 0; i < (int64_t)wrows; i++) {
+        memcpy(S->wk + (size_t)i * h * F->D, F->wk + ((size_t)i * F->Hkv + (size_t)rank * h) * F->D, (size_t)h * F->D * 2);
+        memcpy(S->wv + (size_t)i * h * F->D, F->wv + ((size_t)i * F->Hkv + (size_t)rank * h) * F->D, (size_t)h * F->D * 2);
+    }
+    S->q = tu_xmalloc((size_t)F->B * hq * F->D * 2);
+    for (i = 0; i < F->B; i++)
+        memcpy(S->q + (size_t)i * hq * F->D, F->q + ((size_t)i * F->Hq + (size_t)rank * hq) * F->D, (size_t)hq * F->D * 2);
+}
+
+static void mc_pool_desc(const mc_prob *P, oscar_int2_pool_desc *pool, oscar_window_pool_desc *win) {
+    memset(pool, 0, sizeof *pool), memset(win, 0, sizeof *win);
+    pool->head_dim = P->D, pool->num_kv_heads = P->Hkv, pool->num_pages = P->int2_pages, pool->page_size = P->ps;
+    pool->group_size = P->GS;
+    win->num_pages = P->win_pages, win->page_size = P->wps;
+}
+
+/* What a thread brings back. */
+typedef struct mc_out {
+    size_t code_bytes, scale_bytes;
+    uint8_t *kc, *vc, *ks, *vs;
+    uint16_t *o;
+    float *lse;
+    int32_t int2_splits, window_splits;
+    oscar_jit_stats stats;
+    oscar_jit_kernel_info kernels[16];
+    int32_t num_kernels;
+    int failed;
+    char error[4400];
+} mc_out;
+static void mc_out_free(mc_out *o) { free(o->kc), free(o->vc), free(o->ks), free(o->vs), free(o->o), free(o->lse); }
+
+typedef struct mc_job {
+    const mc_prob *P;
+    int device;
+    oscar_ctx *shared;     /* a context shared with other threads, or NULL: set one up */
+    const char *cache_dir; /* the shared disk cache of the contexts set up here */
+    pthread_barrier_t *start;
+    int iters;             /* quantize -> decode repeated on the stream (same result each time) */
+    mc_out out;
+} mc_job;
+
+#define MC_CUDA(call)                                                                                                \
+    do {                                                                                                             \
+        cudaError_t mc_e = (call);                                                                                   \
+        if (mc_e != cudaSuccess) {                                                                                   \
+            snprintf(o->error, sizeof o->error, "line %d: %s: %s", __LINE__, #call, cudaGetErrorString(mc_e));       \
+            goto done;                                                                                               \
+        }                                                                                                            \
+    } while (0)
+#define MC_OK(call)                                                                                                  \
+    do {                                                                                                             \
+        oscar_status mc_s = (call);                                                                                  \
+        if (mc_s != OSCAR_OK) {                                                                                      \
+            snprintf(o->error, sizeof o->error, "line %d: %s -> %s: %s", __LINE__, #call, oscar_status_string(mc_s),  \
+                     oscar_last_error(ctx));                                                                         \
+            goto done;                                                                                               \
+        }                                                                                                            \
+    } while (0)
+
+static void *mc_worker(void *arg) {
+    mc_job *j = (mc_job *)arg;
+    const mc_prob *P = j->P;
+    mc_out *o = &j->out;
+    oscar_ctx *ctx = j->shared;
+    oscar_status setup = OSCAR_OK;
+    cudaStream_t s = NULL;
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_quantize_desc qd = {0};
+    oscar_decode_plan_desc pd = {0};
+    oscar_decode_plan_info plan;
+    oscar_decode_run_desc rd = {0};
+    void *d_kc = NULL, *d_vc = NULL, *d_ks = NULL, *d_vs = NULL, *d_wk = NULL, *d_wv = NULL, *d_q = NULL, *d_o = NULL;
+    void *d_lse = NULL, *d_rk = NULL, *d_rv = NULL, *d_ws = NULL, *d_srck = NULL, *d_srcv = NULL, *d_dst = NULL;
+    void *d_tab[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const int32_t *h_tab[6];
+    size_t n_tab[6], o_bytes = (size_t)P->B * P->Hq * P->D * 2, lse_bytes = (size_t)P->B * P->Hq * 4;
+    size_t src_bytes = (size_t)P->T * P->Hkv * P->D * 2, win_bytes = (size_t)P->win_pages * P->wps * P->Hkv * P->D * 2;
+    int64_t max_i = 0, max_w = 0;
+    int i, b;
+    o->failed = 1;
+    if (!ctx) {
+        oscar_desc desc = {0};
+        desc.device_ordinal = j->device;
+        desc.cache_dir = j->cache_dir;
+        setup = oscar_setup(&desc, &ctx);
+        if (setup != OSCAR_OK) snprintf(o->error, sizeof o->error, "oscar_setup(device %d): %s", j->device, oscar_last_error(NULL));
+    }
+    /* every thread plans (JIT), quantizes and decodes at the same time */
+    if (j->start) pthread_barrier_wait(j->start);
+    if (setup != OSCAR_OK) return NULL;
+    MC_CUDA(cudaSetDevice(j->device));
+    MC_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    mc_pool_desc(P, &pool, &win);
+    MC_OK(oscar_int2_pool_bytes(ctx, &pool, &o->code_bytes, &o->scale_bytes));
+    MC_CUDA(cudaMalloc(&d_kc, o->code_bytes)); MC_CUDA(cudaMalloc(&d_vc, o->code_bytes));
+    MC_CUDA(cudaMalloc(&d_ks, o->scale_bytes)); MC_CUDA(cudaMalloc(&d_vs, o->scale_bytes));
+    MC_CUDA(cudaMalloc(&d_wk, win_bytes)); MC_CUDA(cudaMalloc(&d_wv, win_bytes));
+    MC_CUDA(cudaMalloc(&d_srck, src_bytes + 16)); MC_CUDA(cudaMalloc(&d_srcv, src_bytes + 16));
+    MC_CUDA(cudaMalloc(&d_dst, sizeof(int32_t) * (size_t)(P->T + 1)));
+    MC_CUDA(cudaMalloc(&d_q, o_bytes)); MC_CUDA(cudaMalloc(&d_o, o_bytes)); MC_CUDA(cudaMalloc(&d_lse, lse_bytes));
+    MC_CUDA(cudaMalloc(&d_rk, sizeof(float) * (size_t)P->D * P->D)); MC_CUDA(cudaMalloc(&d_rv, sizeof(float) * (size_t)P->D * P->D));
+    h_tab[0] = P->ip, h_tab[1] = P->idx, h_tab[2] = P->last, h_tab[3] = P->wip, h_tab[4] = P->widx, h_tab[5] = P->wlast;
+    n_tab[0] = n_tab[3] = (size_t)P->B + 1, n_tab[2] = n_tab[5] = (size_t)P->B;
+    n_tab[1] = (size_t)P->ip[P->B] + 1, n_tab[4] = (size_t)P->wip[P->B] + 1;
+    for (i = 0; i < 6; i++) {
+        MC_CUDA(cudaMalloc(&d_tab[i], 4 * n_tab[i]));
+        MC_CUDA(cudaMemcpyAsync(d_tab[i], h_tab[i], 4 * n_tab[i], cudaMemcpyHostToDevice, s));
+    }
+    MC_CUDA(cudaMemsetAsync(d_kc, 0, o->code_bytes, s)); MC_CUDA(cudaMemsetAsync(d_vc, 0, o->code_bytes, s));
+    MC_CUDA(cudaMemsetAsync(d_ks, 0, o->scale_bytes, s)); MC_CUDA(cudaMemsetAsync(d_vs, 0, o->scale_bytes, s));
+    MC_CUDA(cudaMemcpyAsync(d_wk, P->wk, win_bytes, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_wv, P->wv, win_bytes, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_srck, P->src_k, src_bytes, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_srcv, P->src_v, src_bytes, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_dst, P->dst_slots, sizeof(int32_t) * (size_t)P->T, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_q, P->q, o_bytes, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_rk, P->rk, sizeof(float) * (size_t)P->D * P->D, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemcpyAsync(d_rv, P->rv, sizeof(float) * (size_t)P->D * P->D, cudaMemcpyHostToDevice, s));
+    MC_CUDA(cudaMemsetAsync(d_o, 0xFF, o_bytes, s)); /* NaN poison */
+    MC_CUDA(cudaMemsetAsync(d_lse, 0xFF, lse_bytes, s));
+    pool.k_codes = d_kc, pool.v_codes = d_vc, pool.k_scales = d_ks, pool.v_scales = d_vs;
+    win.k = d_wk, win.v = d_wv;
+    for (b = 0; b < P->B; b++) max_i = P->int2_len[b] > max_i ? P->int2_len[b] : max_i, max_w = P->win_len[b] > max_w ? P->win_len[b] : max_w;
+    pd.num_q_heads = P->Hq, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = P->B;
+    pd.max_int2_tokens = max_i, pd.max_window_tokens = (int32_t)max_w;
+    pd.int2_splits = P->int2_splits, pd.window_splits = P->window_splits;
+    MC_OK(oscar_decode_plan(ctx, &pd, &plan));
+    o->int2_splits = plan.int2_splits, o->window_splits = plan.window_splits;
+    MC_CUDA(cudaMalloc(&d_ws, plan.workspace_bytes ? plan.workspace_bytes : 16));
+    qd.pool = &pool, qd.src_k = d_srck, qd.src_v = d_srcv, qd.k_rotation = (const float *)d_rk;
+    qd.v_rotation = (const float *)d_rv, qd.num_tokens = P->T, qd.dst_slots = d_dst;
+    qd.k_clip_ratio = 0.96f, qd.v_clip_ratio = 0.92f;
+    rd.int2_pool = &pool, rd.window_pool = &win;
+    rd.int2_pages.indptr = d_tab[0], rd.int2_pages.indices = d_tab[1], rd.int2_pages.last_page_len = d_tab[2];
+    rd.window_pages.indptr = d_tab[3], rd.window_pages.indices = d_tab[4], rd.window_pages.last_page_len = d_tab[5];
+    rd.q = d_q, rd.o = d_o, rd.lse = (float *)d_lse;
+    rd.k_rotation = (const float *)d_rk, rd.v_rotation = (const float *)d_rv;
+    rd.sm_scale = 1.0f / sqrtf((float)P->D);
+    rd.workspace = d_ws, rd.workspace_bytes = plan.workspace_bytes;
+    for (i = 0; i < j->iters; i++) {
+        MC_OK(oscar_quantize_kv(ctx, &qd, (oscar_stream)s));
+        MC_OK(oscar_decode_run(ctx, &plan, &rd, (oscar_stream)s));
+    }
+    MC_CUDA(cudaStreamSynchronize(s));
+    o->kc = malloc(o->code_bytes), o->vc = malloc(o->code_bytes), o->ks = malloc(o->scale_bytes);
+    o->vs = malloc(o->scale_bytes), o->o = malloc(o_bytes), o->lse = malloc(lse_bytes);
+    if (!o->kc || !o->vc || !o->ks || !o->vs || !o->o || !o->lse) {
+        snprintf(o->error, sizeof o->error, "out of host memory for the results");
+        goto done;
+    }
+    MC_CUDA(cudaMemcpy(o->kc, d_kc, o->code_bytes, cudaMemcpyDeviceToHost));
+    MC_CUDA(cudaMemcpy(o->vc, d_vc, o->code_bytes, cudaMemcpyDeviceToHost));
+    MC_CUDA(cudaMemcpy(o->ks, d_ks, o->scale_bytes, cudaMemcpyDeviceToHost));
+    MC_CUDA(cudaMemcpy(o->vs, d_vs, o->scale_bytes, cudaMemcpyDeviceToHost));
+    MC_CUDA(cudaMemcpy(o->o, d_o, o_bytes, cudaMemcpyDeviceToHost));
+    MC_CUDA(cudaMemcpy(o->lse, d_lse, lse_bytes, cudaMemcpyDeviceToHost));
+    MC_OK(oscar_query_jit_stats(ctx, &o->stats));
+    MC_OK(oscar_query_jit_kernels(ctx, o->kernels, 16, &o->num_kernels));
+    o->failed = 0;
+done:
+    if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
+    cudaFree(d_kc), cudaFree(d_vc), cudaFree(d_ks), cudaFree(d_vs), cudaFree(d_wk), cudaFree(d_wv), cudaFree(d_q);
+    cudaFree(d_o), cudaFree(d_lse), cudaFree(d_rk), cudaFree(d_rv), cudaFree(d_ws), cudaFree(d_srck), cudaFree(d_srcv);
+    cudaFree(d_dst);
+    for (i = 0; i < 6; i++) cudaFree(d_tab[i]);
+    if (!j->shared && ctx) oscar_shutdown(ctx);
+    return NULL;
+}
+
+/* The same work on the CPU backend (host memory, no streams): runs in CI and
+   checks this file's problem, shard and comparison code without a GPU. */
+static void mc_cpu_run(oscar_ctx *ctx, const mc_prob *P, mc_out *o) {
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_quantize_desc qd = {0};
+    oscar_decode_plan_desc pd = {0};
+    oscar_decode_plan_info plan;
+    oscar_decode_run_desc rd = {0};
+    int64_t max_i = 0, max_w = 0;
+    int b;
+    memset(o, 0, sizeof *o);
+    mc_pool_desc(P, &pool, &win);
+    TU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &o->code_bytes, &o->scale_bytes));
+    o->kc = calloc(1, o->code_bytes), o->vc = calloc(1, o->code_bytes);
+    o->ks = calloc(1, o->scale_bytes), o->vs = calloc(1, o->scale_bytes);
+    o->o = tu_xmalloc((size_t)P->B * P->Hq * P->D * 2), o->lse = tu_xmalloc((size_t)P->B * P->Hq * 4);
+    cr_assert(o->kc && o->vc && o->ks && o->vs);
+    pool.k_codes = o->kc, pool.v_codes = o->vc, pool.k_scales = o->ks, pool.v_scales = o->vs;
+    win.k = P->wk, win.v = P->wv;
+    qd.pool = &pool, qd.src_k = P->src_k, qd.src_v = P->src_v, qd.k_rotation = P->rk, qd.v_rotation = P->rv;
+    qd.num_tokens = P->T, qd.dst_slots = P->dst_slots, qd.k_clip_ratio = 0.96f, qd.v_clip_ratio = 0.92f;
+    TU_OK(ctx, oscar_quantize_kv(ctx, &qd, NULL));
+    for (b = 0; b < P->B; b++) max_i = P->int2_len[b] > max_i ? P->int2_len[b] : max_i, max_w = P->win_len[b] > max_w ? P->win_len[b] : max_w;
+    pd.num_q_heads = P->Hq, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = P->B;
+    pd.max_int2_tokens = max_i, pd.max_window_tokens = (int32_t)max_w;
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+    rd.int2_pool = &pool, rd.window_pool = &win;
+    rd.int2_pages.indptr = P->ip, rd.int2_pages.indices = P->idx, rd.int2_pages.last_page_len = P->last;
+    rd.window_pages.indptr = P->wip, rd.window_pages.indices = P->widx, rd.window_pages.last_page_len = P->wlast;
+    rd.q = P->q, rd.o = o->o, rd.lse = o->lse, rd.k_rotation = P->rk, rd.v_rotation = P->rv;
+    rd.sm_scale = 1.0f / sqrtf((float)P->D);
+    rd.workspace = o->lse, rd.workspace_bytes = plan.workspace_bytes; /* 0 bytes: the CPU backend needs none */
+    TU_OK(ctx, oscar_decode_run(ctx, &plan, &rd, NULL));
+}
+
+/* Runs the jobs in threads, all at once (with a start barrier) or one after the other. */
+static void mc_run(mc_job *jobs, int n, int together) {
+    pthread_t th[16];
+    pthread_barrier_t start;
+    int t;
+    cr_assert(n <= 16);
+    if (together) pthread_barrier_init(&start, NULL, (unsigned)n);
+    for (t = 0; t < n; t++) {
+        memset(&jobs[t].out, 0, sizeof jobs[t].out);
+        jobs[t].start = together ? &start : NULL;
+        cr_assert(pthread_create(&th[t], NULL, mc_worker, &jobs[t]) == 0);
+        if (!together) pthread_join(th[t], NULL);
+    }
+    if (together)
+        for (t = 0; t < n; t++) pthread_join(th[t], NULL);
+    if (together) pthread_barrier_destroy(&start);
+    for (t = 0; t < n; t++) cr_assert(!jobs[t].out.failed, "thread %d (device %d): %s", t, jobs[t].device, jobs[t].out.error);
+}
+
+static void mc_assert_same(const mc_out *a, const mc_out *b, const mc_prob *P, const char *what, int t) {
+    size_t o_bytes = (size_t)P->B * P->Hq * P->D * 2;
+    cr_assert(a->code_bytes == b->code_bytes && a->scale_bytes == b->scale_bytes);
+    cr_assert(memcmp(a->kc, b->kc, a->code_bytes) == 0 && memcmp(a->vc, b->vc, a->code_bytes) == 0,
+              "problem %d: INT2 codes %s differ from the run alone", t, what);
+    cr_assert(memcmp(a->ks, b->ks, a->scale_bytes) == 0 && memcmp(a->vs, b->vs, a->scale_bytes) == 0,
+              "problem %d: scales %s differ from the run alone", t, what);
+    cr_assert(memcmp(a->o, b->o, o_bytes) == 0, "problem %d: decode output %s differs from the run alone", t, what);
+    cr_assert(memcmp(a->lse, b->lse, (size_t)P->B * P->Hq * 4) == 0, "problem %d: lse %s differs from the run alone", t, what);
+}
+
+/* float64 decode over the pool the GPU wrote (the CPU backend's kernel), and
+   the per-head check of test_decode.c: relative L2 error of o <= 5e-3, |lse
+   error| <= 1e-3, no NaN. */
+static void mc_check_decode(const mc_prob *P, const mc_out *g, int t) {
+    oscar_int2_pool_desc pool, filled;
+    oscar_window_pool_desc win, wf;
+    oscar_decode_params p;
+    double *scratch, o_ref[256], lse_ref, worst = 0, worst_lse = 0;
+    int b, h, d;
+    mc_pool_desc(P, &pool, &win);
+    pool.k_codes = g->kc, pool.v_codes = g->vc, pool.k_scales = g->ks, pool.v_scales = g->vs;
+    win.k = P->wk, win.v = P->wv;
+    filled = oscar__pool_defaults(&pool);
+    wf = oscar__window_defaults(&win, P->Hkv, P->D);
+    memset(&p, 0, sizeof p);
+    p.pool = oscar__pool_params(&filled);
+    p.int2_indptr = (uint64_t)(uintptr_t)P->ip, p.int2_indices = (uint64_t)(uintptr_t)P->idx;
+    p.int2_last_page_len = (uint64_t)(uintptr_t)P->last;
+    p.win_k = (uint64_t)(uintptr_t)wf.k, p.win_v = (uint64_t)(uintptr_t)wf.v;
+    p.win_page_stride = wf.page_stride, p.win_token_stride = wf.token_stride, p.win_head_stride = wf.head_stride;
+    p.win_indptr = (uint64_t)(uintptr_t)P->wip, p.win_indices = (uint64_t)(uintptr_t)P->widx;
+    p.win_last_page_len = (uint64_t)(uintptr_t)P->wlast;
+    p.win_page_size = wf.page_size, p.win_num_pages = wf.num_pages;
+    p.q = (uint64_t)(uintptr_t)P->q, p.q_batch_stride = (int64_t)P->Hq * P->D, p.q_head_stride = P->D;
+    p.rot_k = (uint64_t)(uintptr_t)P->rk, p.rot_v = (uint64_t)(uintptr_t)P->rv;
+    p.sm_scale = 1.0f / sqrtf((float)P->D);
+    p.batch_size = P->B, p.num_q_heads = P->Hq, p.group_ratio = P->Hq / P->Hkv;
+    p.q_dtype = OSCAR_K_DTYPE_BF16, p.kv_dtype = OSCAR_K_DTYPE_BF16;
+    scratch = tu_xmalloc(sizeof(double) * (size_t)oscar__cpu_decode_max_tokens(&p));
+    for (b = 0; b < P->B; b++)
+        for (h = 0; h < P->Hq; h++) {
+            const uint16_t *got = g->o + ((size_t)b * P->Hq + h) * P->D;
+            double num = 0, den = 0, rel, lg = g->lse[b * P->Hq + h];
+            oscar__cpu_decode_head(&p, P->D, P->GS, b, h, o_ref, &lse_ref, scratch);
+            for (d = 0; d < P->D; d++) {
+                double x = oscar__bf16_to_f32(got[d]);
+                cr_assert(x == x, "problem %d: NaN in o at b=%d h=%d d=%d", t, b, h, d);
+                num += (x - o_ref[d]) * (x - o_ref[d]), den += o_ref[d] * o_ref[d];
+            }
+            rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            worst = fmax(worst, rel);
+            cr_assert(rel <= 5e-3, "problem %d b=%d h=%d: relative error of o %.3e > 5e-3", t, b, h, rel);
+            if (lse_ref == -HUGE_VAL) {
+                cr_assert(lg == -HUGE_VAL, "problem %d b=%d h=%d: empty request, lse %g", t, b, h, lg);
+            } else {
+                worst_lse = fmax(worst_lse, fabs(lg - lse_ref));
+                cr_assert(fabs(lg - lse_ref) <= 1e-3, "problem %d b=%d h=%d: lse %.6f vs %.6f", t, b, h, lg, lse_ref);
+            }
+        }
+    free(scratch);
+    cr_log_info("problem %d (D=%d G=%d %d/%d heads): decode vs float64: max rel. error of o %.2e, max |lse error| %.2e", t,
+                P->D, P->GS, P->Hq, P->Hkv, worst, worst_lse);
+}
+
+/* The GPU pool against the CPU backend's quantize of the same rows: with a
+   dense rotation a rotated value can round to the other bf16 neighbour, so
+   test_quantize.c allows 2e-3 of code bytes and 1e-3 of scales (by > 1%) to differ. */
+static void mc_check_quantize(const mc_prob *P, const mc_out *g, oscar_ctx *cpu, int t) {
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_quantize_desc qd = {0};
+    uint8_t *kc = tu_xmalloc(g->code_bytes), *vc = tu_xmalloc(g->code_bytes);
+    uint8_t *ks = tu_xmalloc(g->scale_bytes), *vs = tu_xmalloc(g->scale_bytes);
+    size_t i, codes_off = 0, scales_off = 0, scales_seen = 0, codes_seen = 0;
+    int64_t tok;
+    mc_pool_desc(P, &pool, &win);
+    memset(kc, 0, g->code_bytes), memset(vc, 0, g->code_bytes), memset(ks, 0, g->scale_bytes), memset(vs, 0, g->scale_bytes);
+    pool.k_codes = kc, pool.v_codes = vc, pool.k_scales = ks, pool.v_scales = vs;
+    qd.pool = &pool, qd.src_k = P->src_k, qd.src_v = P->src_v, qd.k_rotation = P->rk, qd.v_rotation = P->rv;
+    qd.num_tokens = P->T, qd.dst_slots = P->dst_slots, qd.k_clip_ratio = 0.96f, qd.v_clip_ratio = 0.92f;
+    TU_OK(cpu, oscar_quantize_kv(cpu, &qd, NULL));
+    for (i = 0; i < g->code_bytes; i++) codes_off += (kc[i] != g->kc[i]) + (vc[i] != g->vc[i]);
+    codes_seen = 2 * (size_t)P->T * P->Hkv * (size_t)P->D / 4;
+    for (tok = 0; tok < P->T; tok++) { /* f16 (scale, min) pairs of the written rows */
+        size_t row = (size_t)P->dst_slots[tok] * P->Hkv, per = (size_t)(P->D / P->GS) * 2, k;
+        for (k = 0; k < (size_t)P->Hkv * per; k++) {
+            size_t e = row * per + k;
+            const uint16_t *a16[2] = {(const uint16_t *)g->ks, (const uint16_t *)g->vs};
+            const uint16_t *b16[2] = {(const uint16_t *)ks, (const uint16_t *)vs};
+            int kv;
+            for (kv = 0; kv < 2; kv++) {
+                double a = oscar__f16_to_f32(a16[kv][e]), b = oscar__f16_to_f32(b16[kv][e]);
+                scales_seen++;
+                scales_off += fabs(a - b) > 1e-2 * fabs(b);
+            }
+        }
+    }
+    cr_log_info("problem %d: quantize vs CPU backend: %zu of %zu code bytes and %zu of %zu scale entries differ", t,
+                codes_off, codes_seen, scales_off, scales_seen);
+    cr_assert((double)codes_off <= 2e-3 * (double)codes_seen, "problem %d: %zu of %zu code bytes differ", t, codes_off, codes_seen);
+    cr_assert(scales_off <= scales_seen / 1000, "problem %d: %zu of %zu scales differ by > 1%%", t, scales_off, scales_seen);
+    free(kc), free(vc), free(ks), free(vs);
+}
+
+/* Rank `rank` of 2 holds exactly the unsharded run's rows of its heads:
+   codes and scales of every slot, o and lse of its query heads. */
+static void mc_assert_shard(const mc_prob *F, const mc_out *full, int rank, const mc_out *R) {
+    size_t slots = (size_t)F->int2_pages * F->ps, crow, srow, s;
+    int hh = F->Hkv / 2, hq = F->Hq / 2, h, b;
+    crow = full->code_bytes / (slots * (size_t)F->Hkv), srow = full->scale_bytes / (slots * (size_t)F->Hkv);
+    cr_assert(crow * slots * (size_t)F->Hkv == full->code_bytes && crow == (size_t)F->D / 4, "contiguous NHD rows");
+    cr_assert_eq(R->code_bytes, full->code_bytes / 2);
+    cr_assert_eq(R->scale_bytes, full->scale_bytes / 2);
+    for (s = 0; s < slots; s++)
+        for (h = 0; h < hh; h++) {
+            size_t a = s * (size_t)hh + (size_t)h, f = s * (size_t)F->Hkv + (size_t)(rank * hh + h);
+            cr_assert(memcmp(R->kc + a * crow, full->kc + f * crow, crow) == 0 &&
+                          memcmp(R->vc + a * crow, full->vc + f * crow, crow) == 0,
+                      "rank %d slot %zu head %d: codes differ from the unsharded pool", rank, s, h);
+            cr_assert(memcmp(R->ks + a * srow, full->ks + f * srow, srow) == 0 &&
+                          memcmp(R->vs + a * srow, full->vs + f * srow, srow) == 0,
+                      "rank %d slot %zu head %d: scales differ from the unsharded pool", rank, s, h);
+        }
+    for (b = 0; b < F->B; b++) {
+        cr_assert(memcmp(R->o + (size_t)b * hq * F->D, full->o + ((size_t)b * F->Hq + (size_t)rank * hq) * F->D,
+                         (size_t)hq * F->D * 2) == 0,
+                  "rank %d request %d: o differs from the unsharded run's heads %d..%d", rank, b, rank * hq, rank * hq + hq - 1);
+        cr_assert(memcmp(R->lse + (size_t)b * hq, full->lse + (size_t)b * F->Hq + (size_t)rank * hq, (size_t)hq * 4) == 0,
+                  "rank %d request %d: lse differs from the unsharded run", rank, b);
+    }
+}
+
+Test(multi_context_cpu, tensor_parallel_shards_on_the_cpu_backend, .timeout = 300) {
+    static const int shapes[2][4] = {{128, 128, 8, 4}, {64, 32, 4, 2}}; /* D, G, Hkv, q heads per KV head */
+    oscar_desc desc = {0};
+    oscar_ctx *cpu = NULL, *rk[2] = {NULL, NULL};
+    tu_rng r = tu_seed();
+    int variant, rank;
+    desc.backend = OSCAR_BACKEND_CPU;
+    TU_OK(NULL, oscar_setup(&desc, &cpu));
+    for (rank = 0; rank < 2; rank++) TU_OK(NULL, oscar_setup(&desc, &rk[rank]));
+    for (variant = 0; variant < 2; variant++) {
+        const int *sh = shapes[variant];
+        mc_prob F, S;
+        mc_out full, part;
+        mc_make(&r, sh[0], sh[1], sh[2], sh[3], variant, &F);
+        mc_cpu_run(cpu, &F, &full);
+        mc_check_quantize(&F, &full, cpu, variant);
+        mc_check_decode(&F, &full, variant);
+        for (rank = 0; rank < 2; rank++) {
+            mc_shard(&F, rank, 2, &S);
+            mc_cpu_run(rk[rank], &S, &part);
+            mc_assert_shard(&F, &full, rank, &part);
+            mc_out_free(&part);
+            mc_free(&S);
+        }
+        mc_out_free(&full);
+        mc_free(&F);
+    }
+    oscar_shutdown(cpu), oscar_shutdown(rk[0]), oscar_shutdown(rk[1]);
+}
+
+Test(multi_context_gpu, threads_with_own_contexts_and_streams_equal_runs_alone, .timeout = 900) {
+    int ndev = visible_devices_or_skip(), n = ndev * 2 < 4 ? 4 : ndev * 2, t, k, i, distinct = 0;
+    static const int shapes[4][4] = {{128, 128, 2, 4}, {128, 32, 4, 2}, {64, 64, 2, 8}, {256, 256, 1, 4}}; /* D, G, Hkv, ratio */
+    char dir[256], names[64][256];
+    mc_prob P[16];
+    mc_job jobs[16], alone[16], shared[16];
+    tu_rng r = tu_seed();
+    int64_t compiles = 0;
+    oscar_desc desc = {0};
+    oscar_ctx *one = NULL, *cpu = NULL;
+    if (n > 16) n = 16;
+    tu_tempdir(dir, sizeof dir, "mtgpu");
+    cr_log_info("%d threads on %d device(s), one context and one stream each, one fresh disk cache", n, ndev);
+    memset(jobs, 0, sizeof jobs);
+    for (t = 0; t < n; t++) {
+        const int *sh = shapes[t % 4];
+        mc_make(&r, sh[0], sh[1], sh[2], sh[3], t / 4, &P[t]);
+        jobs[t].P = &P[t], jobs[t].device = t % ndev, jobs[t].cache_dir = dir, jobs[t].iters = 8;
+    }
+    memcpy(alone, jobs, sizeof jobs);
+    mc_run(jobs, n, 1);
+    /* the same kernels wanted by several threads were compiled once between them */
+    for (t = 0; t < n; t++) {
+        compiles += jobs[t].out.stats.compiles;
+        for (k = 0; k < jobs[t].out.num_kernels; k++) {
+            char key[256];
+            snprintf(key, sizeof key, "%s %s", jobs[t].out.kernels[k].program, jobs[t].out.kernels[k].name_expression);
+            for (i = 0; i < distinct && strcmp(names[i], key) != 0; i++) {}
+            if (i == distinct && distinct < 64) snprintf(names[distinct++], sizeof names[0], "%s", key);
+        }
+    }
+    cr_log_info("%lld compiles in all for %d distinct kernels", (long long)compiles, distinct);
+    cr_assert_eq(compiles, distinct, "%lld compiles for %d distinct kernels: a kernel was compiled twice", (long long)compiles,
+                 distinct);
+    /* each problem alone (warm cache now), then all of them on ONE context shared by the threads */
+    mc_run(alone, n, 0);
+    desc.cache_dir = dir;
+    TU_OK(NULL, oscar_setup(&desc, &one));
+    memcpy(shared, jobs, sizeof jobs);
+    for (t = 0; t < n; t++) shared[t].shared = one, shared[t].device = 0;
+    mc_run(shared, n, 1);
+    desc.backend = OSCAR_BACKEND_CPU, desc.cache_dir = NULL;
+    TU_OK(NULL, oscar_setup(&desc, &cpu));
+    for (t = 0; t < n; t++) {
+        mc_assert_same(&jobs[t].out, &alone[t].out, &P[t], "of concurrent threads (own contexts)", t);
+        mc_assert_same(&shared[t].out, &alone[t].out, &P[t], "of threads sharing one context", t);
+        mc_check_decode(&P[t], &alone[t].out, t);
+        mc_check_quantize(&P[t], &alone[t].out, cpu, t);
+        mc_out_free(&jobs[t].out), mc_out_free(&alone[t].out), mc_out_free(&shared[t].out);
+        mc_free(&P[t]);
+    }
+    oscar_shutdown(one), oscar_shutdown(cpu);
+    tu_rmtree(dir);
+}
+
+/* Tensor parallelism: the KV heads of one layer over 2 ranks. Each rank has
+   its own context (device r % ndev), its own pools of num_kv_heads/2 heads,
+   its query heads, the layer's rotations, the same page tables. With the
+   split counts of the unsharded plan (the auto choice depends on the head
+   count: another split is another summation order, equal only to rounding),
+   the ranks' codes, scales, o and lse are the unsharded run's, bit for bit. */
+Test(multi_context_gpu, tensor_parallel_shards_concatenate_bit_for_bit, .timeout = 600) {
+    int ndev = visible_devices_or_skip(), rank, variant;
+    static const int shapes[2][4] = {{128, 128, 8, 4}, {64, 32, 4, 2}};
+    tu_rng r = tu_seed();
+    for (variant = 0; variant < 2; variant++) {
+        const int *sh = shapes[variant];
+        mc_prob F, S[2];
+        mc_job full, ranks[2];
+        mc_make(&r, sh[0], sh[1], sh[2], sh[3], variant, &F);
+        memset(&full, 0, sizeof full);
+        full.P = &F, full.device = 0, full.iters = 1;
+        mc_run(&full, 1, 0);
+        memset(ranks, 0, sizeof ranks);
+        for (rank = 0; rank < 2; rank++) {
+            mc_shard(&F, rank, 2, &S[rank]);
+            S[rank].int2_splits = full.out.int2_splits, S[rank].window_splits = full.out.window_splits;
+            ranks[rank].P = &S[rank], ranks[rank].device = rank % ndev, ranks[rank].iters = 1;
+        }
+        mc_run(ranks, 2, 1);
+        cr_log_info("D=%d G=%d %d/%d heads on 2 ranks (devices 0 and %d), splits %d + %d", F.D, F.GS, F.Hq, F.Hkv, 1 % ndev,
+                    full.out.int2_splits, full.out.window_splits);
+        for (rank = 0; rank < 2; rank++) {
+            mc_assert_shard(&F, &full.out, rank, &ranks[rank].out);
+            mc_out_free(&ranks[rank].out);
+            mc_free(&S[rank]);
+        }
+        mc_check_decode(&F, &full.out, variant);
+        mc_out_free(&full.out);
+        mc_free(&F);
+    }
+}
