@@ -36,6 +36,8 @@
                                 OSCAR_JIT_CACHE_CACHED_ONLY), for production start-up checks
         OSCAR_JIT_NO_DISK=1     keep compiled kernels in memory only
         OSCAR_JIT_VERBOSE=1     log every compile and disk hit to the logger
+        OSCAR_TUNE_TABLE        tuning table file when desc.tune_table_path is NULL
+                                (default <cache dir>/tune_table.txt)
 
     oscar DOES NOT
         - allocate the KV pools: the engine owns them and describes them;
@@ -72,6 +74,15 @@
         atomic (temporary file + rename) and entries carry a SHA-256 checksum:
         a torn or corrupted entry is recompiled, never loaded.
         oscar_query_jit_stats() reports hits, misses and cold/warm times.
+
+    AUTOTUNER
+        Plans take tile parameters and split counts from a tuning table (text,
+        `key=value` per line, keyed by GPU name, SM count, compute capability,
+        NVRTC and oscar versions and a shape bucket), else from the shipped
+        table of the arch, else from heuristics. Tables come from
+        oscar_tune_decode / oscar_tune_merge or the `oscar_tune` tool; a table
+        made elsewhere is ignored with a log line. See tune/oscar_tune_api.h
+        and docs/tuning.md.
 
     ERRORS AND LOGGING
         Every fallible call returns oscar_status (OSCAR_OK == 0). The sentence
@@ -207,6 +218,7 @@ typedef struct oscar_allocator {
        nvrtc_library_path   $OSCAR_NVRTC_PATH, then the NVRTC sonames (see top of file)
        cache_dir            $OSCAR_CACHE_DIR, $XDG_CACHE_HOME/oscar/<version>, ~/.cache/oscar/<version>
        cache_mode           OSCAR_JIT_CACHE_DEFAULT (env OSCAR_JIT_DISABLE=1 forces CACHED_ONLY)
+       tune_table_path      $OSCAR_TUNE_TABLE, then <cache dir>/tune_table.txt (see AUTOTUNER)
    Strings are copied; nothing is borrowed past oscar_setup. */
 typedef struct oscar_desc {
     uint32_t _start_canary;
@@ -217,6 +229,7 @@ typedef struct oscar_desc {
     const char *nvrtc_library_path;
     const char *cache_dir;
     oscar_jit_cache_mode cache_mode;
+    const char *tune_table_path;
     oscar_logger logger;
     oscar_allocator allocator;
     uint32_t _end_canary;
@@ -608,6 +621,10 @@ OSCAR_API oscar_status oscar_merge_states(oscar_ctx *ctx, const oscar_merge_desc
 /* Calibration and rotation files                                            */
 #include "calib/oscar_calib_api.h"
 
+/* ------------------------------------------------------------------------ */
+/* Autotuner: tuning tables, lookups, tuning runs                            */
+#include "tune/oscar_tune_api.h"
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -628,6 +645,8 @@ OSCAR_API oscar_status oscar_merge_states(oscar_ctx *ctx, const oscar_merge_desc
 #include "jit/oscar_registry.h"
 /* >>cpu: the C reference of every kernel (the CPU backend and the tests' oracle) */
 #include "cpu/oscar_cpu.h"
+/* >>tune: tunable families, tuning tables, the plans' lookups, tuning runs */
+#include "tune/oscar_tune.h"
 /* >>validation and dispatch, one file per operation */
 #include "src/oscar_setup.h"
 #include "src/oscar_pool.h"

@@ -61,6 +61,8 @@ OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
     return page_size == 1 || page_size == 16 ? page_size : 0;
 }
 OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
+/* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
+OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
 OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
                                        int group_ratio, int kv_dtype) {
     switch (which) {
@@ -73,13 +75,16 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         break;
     case 2:
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d>", head_dim, group_size,
-                 oscar__decode_page_template(page_size), oscar__head_tiles(group_ratio));
+                 oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio));
         break;
     default: snprintf(out, cap, "oscar::decode_merge_kernel<%d>", head_dim); break;
     }
 }
-OSCAR__PRIVATE void oscar__name_merge(char *out, size_t cap, int head_dim) {
-    snprintf(out, cap, "oscar::merge_states_kernel<%d>", head_dim);
+/* merge_states: one warp per row, rows_per_cta warps per CTA (the tunable
+   tile of the merge_states family, tune/oscar_tune.h). */
+static const int oscar__merge_rows_per_cta[] = {4, 8, 16};
+OSCAR__PRIVATE void oscar__name_merge(char *out, size_t cap, int head_dim, int rows_per_cta) {
+    snprintf(out, cap, "oscar::merge_states_kernel<%d, %d>", head_dim, rows_per_cta);
 }
 
 OSCAR__PRIVATE void oscar__registry_build(void) {
@@ -122,11 +127,17 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                 for (pi = 0; pi < 3; pi++) {
                     oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh * 8, 0);
                     oscar__registry_add("decode.cuh", "%s", name);
+                    if (nh == 1) { /* group ratios <= 4 */
+                        oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], 4, 0);
+                        oscar__registry_add("decode.cuh", "%s", name);
+                    }
                 }
             }
         }
-        oscar__name_merge(name, sizeof name, hd);
-        oscar__registry_add("merge.cuh", "%s", name);
+        for (g = 0; g < 3; g++) {
+            oscar__name_merge(name, sizeof name, hd, oscar__merge_rows_per_cta[g]);
+            oscar__registry_add("merge.cuh", "%s", name);
+        }
     }
     oscar__registry_add("probe.cuh", "oscar::probe_read_kernel<4>");
     oscar__registry_build_calib();

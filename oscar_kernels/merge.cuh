@@ -5,7 +5,10 @@
    o = sum_i w_i o_i / sum_i w_i with w_i = exp(lse_i - max lse); lse = max + log(sum w).
    A state with lse = -inf (no tokens) or NaN contributes nothing and its o is
    never read; if every state is empty, o = 0 and lse = -inf.
-   One warp per row; template HEAD_DIM (64/128/256). v1. */
+   One warp per row, ROWS rows (warps) per CTA; template HEAD_DIM (64/128/256),
+   ROWS (4, 8, 16: the tunable tile of the merge_states family, chosen by the
+   tuning table or 4; every row's arithmetic is the same for any ROWS, so the
+   candidates' outputs are bit-identical). v2. */
 #ifndef OSCAR_K_MERGE_CUH
 #define OSCAR_K_MERGE_CUH
 
@@ -13,11 +16,12 @@
 
 namespace oscar {
 
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(128) merge_states_kernel(const __grid_constant__ oscar_merge_params p) {
+template <int HEAD_DIM, int ROWS>
+__global__ void __launch_bounds__(32 * ROWS) merge_states_kernel(const __grid_constant__ oscar_merge_params p) {
     using namespace detail;
     constexpr int PER_LANE = HEAD_DIM / 32;
-    const i64 row = static_cast<i64>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+    static_assert(ROWS >= 1 && ROWS <= 32, "merge_states: 1..32 rows (warps) per CTA");
+    const i64 row = static_cast<i64>(blockIdx.x) * ROWS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= p.num_rows) return;
     const float to2 = p.lse_base == 2 ? 1.f : 1.4426950408889634f; /* input lse -> base 2 */

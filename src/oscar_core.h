@@ -182,6 +182,7 @@ struct oscar_ctx {
     int32_t num_kernels, cap_kernels;
     oscar_jit_stats stats;
     char *jit_log;
+    struct oscar__tune_state *tune; /* tuning tables (tune/oscar_tune.h); NULL for the CPU backend */
 };
 
 /* ---- allocation ---------------------------------------------------------- */

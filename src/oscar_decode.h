@@ -146,6 +146,8 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                            ? desc->window_splits
                            : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
                                                                            (max_win + 255) / 256)));
+    /* >>tune hook (tune/oscar_tune.h): splits the desc left at 0 come from the tuning table when it has this shape */
+    oscar__tune_decode_apply(ctx, desc, &pl);
     pl.min_chunk = 0;
     B = OSCAR__CAST(size_t, pl.batch_size), Hq = OSCAR__CAST(size_t, pl.num_q_heads), D = OSCAR__CAST(size_t, pl.head_dim);
     splits_total = OSCAR__CAST(size_t, pl.int2_splits + pl.window_splits);

@@ -55,10 +55,13 @@ OSCAR_API oscar_status oscar_merge_states(oscar_ctx *ctx, const oscar_merge_desc
     {
         char name[192];
         oscar__kernel *k;
-        oscar__name_merge(name, sizeof name, d.head_dim);
+        /* rows (warps) per CTA: the tuning table's, else 4 (tune/oscar_tune.h) */
+        int32_t rows = oscar__tune_merge_rows(ctx, d.head_dim, d.num_states, d.dtype, d.num_rows);
+        oscar__name_merge(name, sizeof name, d.head_dim, rows);
         st = oscar__jit_get(ctx, "merge.cuh", name, &k);
         if (st != OSCAR_OK) return st;
-        return oscar__launch(ctx, k, OSCAR__CAST(unsigned, (d.num_rows + 3) / 4), 128, 0, stream, &p);
+        return oscar__launch(ctx, k, OSCAR__CAST(unsigned, (d.num_rows + rows - 1) / rows), OSCAR__CAST(unsigned, 32 * rows),
+                             0, stream, &p);
     }
 }
 

@@ -46,6 +46,7 @@ OSCAR__PRIVATE void oscar__destroy(oscar_ctx *ctx) {
     }
     oscar__free(ctx, ctx->kernels);
     oscar__free(ctx, ctx->jit_log);
+    oscar__tune_destroy(ctx);
     if (ctx->nvrtc.lib) dlclose(ctx->nvrtc.lib);
     if (ctx->cu.lib) dlclose(ctx->cu.lib);
     pthread_mutex_destroy(&ctx->lock);
@@ -146,6 +147,7 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
     ctx->desc.cuda_library_path = NULL;
     ctx->desc.nvrtc_library_path = NULL;
     ctx->desc.cache_dir = NULL;
+    ctx->desc.tune_table_path = NULL; /* read from desc by oscar__tune_setup */
     ctx->backend = ctx->desc.backend;
     ctx->device_ordinal = -1;
     pthread_mutex_init(&ctx->lock, NULL);
@@ -168,6 +170,7 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
     }
     if (st == OSCAR_OK) st = oscar__load_nvrtc(ctx);
     if (st == OSCAR_OK) oscar__resolve_cache_dir(ctx);
+    if (st == OSCAR_OK) oscar__tune_setup(ctx, desc->tune_table_path); /* never fails setup */
     ctx->desc.cuda_library_path = NULL;
     ctx->desc.nvrtc_library_path = NULL;
     ctx->desc.cache_dir = NULL;

@@ -1,0 +1,601 @@
+/* tests/test_tune.c -- the autotuner without a GPU: candidate enumeration and
+   validity rules, bucket keys, the table file (round trip, malformed files,
+   foreign provenance, stale kernel sources, atomic writes), where a context
+   finds its table, and plans taking the table's splits (compile-only sm_90
+   context; the decode kernels are compiled, or loaded from the disk cache). */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- logger capture --------------------------------------------------------- */
+static char log_text[16384];
+static void capture(const char *tag, uint32_t level, uint32_t item, const char *msg, uint32_t line, const char *file,
+                    void *user) {
+    size_t n = strlen(log_text);
+    (void)tag, (void)item, (void)line, (void)file, (void)user;
+    snprintf(log_text + n, sizeof log_text - n, "[%u] %s\n", level, msg ? msg : "");
+}
+
+static char tmp_dir[256];
+static void make_tmp_dir(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/oscar_test_tune_XXXXXX");
+    cr_assert(mkdtemp(tmp_dir) != NULL, "mkdtemp");
+}
+static void remove_tmp_dir(void) {
+    DIR *d = opendir(tmp_dir);
+    struct dirent *e;
+    char p[600];
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(tmp_dir);
+}
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    cr_assert(d != NULL);
+    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+static char *read_text(const char *path) {
+    static char buf[65536];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    cr_assert(f != NULL, "cannot read %s", path);
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+/* A compile-only sm_90 context whose table file is `table` (NULL: none). */
+static oscar_ctx *compile_only_ctx(const char *table) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    oscar_status st;
+    desc.compile_only_sm = 90;
+    desc.tune_table_path = table;
+    desc.logger.func = capture;
+    st = oscar_setup(&desc, &ctx);
+    if (st == OSCAR_STATUS_NO_NVRTC) cr_skip_test("NVRTC not found: %s", oscar_last_error(NULL));
+    cr_assert(st == OSCAR_OK, "oscar_setup: %s", oscar_last_error(NULL));
+    return ctx;
+}
+
+/* The provenance line a compile-only sm_90 context accepts (its NVRTC). */
+static void provenance_line(oscar_ctx *ctx, char *out, size_t cap, int cc, const char *version) {
+    oscar_ctx_info info;
+    TU_OK(ctx, oscar_query_ctx_info(ctx, &info));
+    snprintf(out, cap,
+             "provenance gpu=\"NVIDIA H200\" sms=132 cc=%d nvrtc=%d oscar=\"%s\" date=\"2026-05-20T10:00:00Z\" tuning_s=12.5\n",
+             cc, info.nvrtc_version, version);
+}
+
+/* ---- families, candidates, buckets ---------------------------------------- */
+Test(tune, candidates_follow_the_validity_rules) {
+    int32_t key[OSCAR__TUNE_MAX_KEYS], c[OSCAR__TUNE_MAX_CANDIDATES];
+    int n, i;
+    /* bench shape 1 x 8K: 7872 INT2 tokens (bucket 8192), 320 window tokens (bucket 512) */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 1, 7872);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, c);
+    cr_assert_eq(n, 8, "8192 tokens allow 1..128 INT2 splits, got %d", n);
+    for (i = 0; i < n; i++) cr_assert_eq(c[i], 1 << i);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, c);
+    cr_assert_eq(n, 5, "a 512 window bucket allows 1..16 window splits (16 tokens each), got %d", n);
+    cr_assert_eq(c[4], 16);
+    /* 50 INT2 tokens (bucket 64): at least 32 tokens per split -> 1, 2 */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 20, 1, 50);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, c);
+    cr_assert(n == 2 && c[0] == 1 && c[1] == 2, "64-token bucket: {1, 2}, got %d candidates", n);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, c);
+    cr_assert(n == 2 && c[1] == 2, "32-token window bucket: {1, 2}, got %d", n);
+    /* tiers that do not exist have nothing to tune */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 8, 0);
+    cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, c), 0);
+    cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, c), 0);
+    /* unlisted values are never valid, whatever the shape */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 1, 1 << 20);
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 3));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 256));
+    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 128));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, 7, 1), "no parameter 7");
+    /* merge_states: three tiles, all valid; quantize: declared, no parameters yet */
+    oscar__tune_merge_key(key, 128, 2, OSCAR_DTYPE_BF16, 1000);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_MERGE_STATES, key, OSCAR__TP_MRG_ROWS_PER_CTA, c);
+    cr_assert(n == 3 && c[0] == 4 && c[1] == 8 && c[2] == 16, "merge rows_per_cta {4, 8, 16}, got %d", n);
+    cr_assert_eq(oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].num_params, 0);
+    cr_assert_str_eq(oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].name, "quantize");
+    cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_QUANTIZE, key, 0, c), 0);
+}
+
+Test(tune, the_merge_tiles_are_registered) {
+    /* every candidate must be an instantiation (test_nvrtc_compile compiles them all) */
+    int i, j, found;
+    for (j = 0; j < oscar__tune_families[OSCAR_TUNE_FAMILY_MERGE_STATES].params[0].num_candidates; j++) {
+        char want[96];
+        snprintf(want, sizeof want, "oscar::merge_states_kernel<128, %d>",
+                 oscar__tune_families[OSCAR_TUNE_FAMILY_MERGE_STATES].params[0].candidates[j]);
+        found = 0;
+        for (i = 0; i < oscar_jit_instantiation_count(); i++) {
+            const char *prog, *name;
+            TU_OK(NULL, oscar_jit_instantiation(i, &prog, &name));
+            found |= strcmp(name, want) == 0 && strcmp(prog, "merge.cuh") == 0;
+        }
+        cr_assert(found, "%s is not in the registry", want);
+    }
+}
+
+Test(tune, bucket_keys) {
+    int32_t key[OSCAR__TUNE_MAX_KEYS];
+    char text[256];
+    cr_assert_eq(oscar__tune_pow2_bucket(0), 0);
+    cr_assert_eq(oscar__tune_pow2_bucket(1), 1);
+    cr_assert_eq(oscar__tune_pow2_bucket(3), 4);
+    cr_assert_eq(oscar__tune_pow2_bucket(4), 4);
+    cr_assert_eq(oscar__tune_pow2_bucket(7872), 8192);
+    cr_assert_eq(oscar__tune_pow2_bucket(32448), 32768);
+    cr_assert_eq(oscar__tune_pow2_bucket(130752), 131072);
+    /* bench_decode's 8 x 32K: 32448 INT2 + 320 window tokens per request */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 8, 32448);
+    oscar__tune_key_text(OSCAR_TUNE_FAMILY_DECODE, key, text, sizeof text);
+    cr_assert_str_eq(text, "head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=8 context=32768");
+    /* batch 5 and 8 share a bucket; 9 does not; the page size is exact */
+    {
+        int32_t k5[OSCAR__TUNE_MAX_KEYS], k9[OSCAR__TUNE_MAX_KEYS], kp[OSCAR__TUNE_MAX_KEYS];
+        oscar__tune_decode_key(k5, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 300, 5, 20000);
+        oscar__tune_decode_key(k9, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 300, 9, 20000);
+        oscar__tune_decode_key(kp, 128, 128, 15, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 300, 8, 20000);
+        cr_assert(memcmp(k5, key, sizeof key) == 0);
+        cr_assert(memcmp(k9, key, sizeof key) != 0);
+        cr_assert(memcmp(kp, key, sizeof key) != 0);
+    }
+    oscar__tune_merge_key(key, 64, 3, OSCAR_DTYPE_F16, 1000);
+    oscar__tune_key_text(OSCAR_TUNE_FAMILY_MERGE_STATES, key, text, sizeof text);
+    cr_assert_str_eq(text, "head_dim=64 states=3 dtype=f16 rows=1024");
+}
+
+/* ---- the file -------------------------------------------------------------------- */
+/* A valid table for ctx (compile-only sm_90): two decode entries and one merge entry. */
+static void valid_table(oscar_ctx *ctx, char *out, size_t cap) {
+    char prov[512], dsrc[17], msrc[17];
+    provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_MERGE_STATES, msrc);
+    snprintf(out, cap,
+             "# a comment\n"
+             "oscar-tune-table format=1\n"
+             "%s"
+             "\n"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 src=%s "
+             "int2_splits=8 window_splits=4 default_us=71.100 tuned_us=60.250\n"
+             "  decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=8 context=32768 "
+             "src=%s default_us=476.000 tuned_us=476.000\r\n"
+             "merge_states head_dim=128 states=2 dtype=bf16 rows=256 src=%s rows_per_cta=16\n",
+             prov, dsrc, dsrc, msrc);
+}
+
+Test(tune, table_round_trip) {
+    char text[4096], path[600], path2[600], *first;
+    oscar_ctx *ctx, *ctx2;
+    oscar_tune_info info;
+    oscar__tune_table *a, *b;
+    int i;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    snprintf(path2, sizeof path2, "%s/table2.txt", tmp_dir);
+    ctx = compile_only_ctx(NULL);
+    valid_table(ctx, text, sizeof text);
+    write_text(path, text);
+    oscar_shutdown(ctx);
+    log_text[0] = 0;
+    ctx = compile_only_ctx(path);
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert_str_eq(info.path, path);
+    cr_assert(info.has_table && info.num_entries == 3, "has %d, %d entries; log:\n%s", info.has_table, info.num_entries,
+              log_text);
+    cr_assert_str_eq(info.provenance.gpu_name, "NVIDIA H200");
+    cr_assert_eq(info.provenance.num_sms, 132);
+    cr_assert_eq(info.provenance.sm, 90);
+    cr_assert_str_eq(info.provenance.date, "2026-05-20T10:00:00Z");
+    cr_assert_float_eq(info.provenance.tuning_seconds, 12.5, 1e-9);
+    /* write, read, equal: the tables, and the bytes of a second write */
+    TU_OK(ctx, oscar_tune_table_save(ctx, path2));
+    ctx2 = compile_only_ctx(path2);
+    a = ctx->tune->user, b = ctx2->tune->user;
+    cr_assert(a && b && a->num_entries == b->num_entries);
+    cr_assert(memcmp(&a->prov, &b->prov, sizeof a->prov) == 0, "provenance differs after a round trip");
+    for (i = 0; i < a->num_entries; i++) {
+        cr_assert_eq(a->entries[i].family, b->entries[i].family);
+        cr_assert(memcmp(a->entries[i].key, b->entries[i].key, sizeof a->entries[i].key) == 0);
+        cr_assert_eq(a->entries[i].params_set, b->entries[i].params_set);
+        cr_assert(memcmp(a->entries[i].params, b->entries[i].params, sizeof a->entries[i].params) == 0);
+        cr_assert_float_eq(a->entries[i].default_us, b->entries[i].default_us, 1e-9);
+        cr_assert_float_eq(a->entries[i].tuned_us, b->entries[i].tuned_us, 1e-9);
+        cr_assert_str_eq(a->entries[i].src, b->entries[i].src);
+    }
+    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_INT2_SPLITS], 8);
+    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_WINDOW_SPLITS], 4);
+    cr_assert_eq(a->entries[1].params_set, 0u, "an entry without parameters keeps the heuristic");
+    cr_assert_eq(a->entries[2].params[OSCAR__TP_MRG_ROWS_PER_CTA], 16);
+    first = strdup(read_text(path2));
+    TU_OK(ctx2, oscar_tune_table_save(ctx2, NULL)); /* NULL: its own path */
+    cr_assert_str_eq(read_text(path2), first, "a second write differs");
+    cr_assert(strstr(first, "window_splits=4") && strstr(first, "gpu=\"NVIDIA H200\""), "%s", first);
+    free(first);
+    oscar_shutdown(ctx2);
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+Test(tune, malformed_files_are_rejected_with_the_line) {
+    static const char *const bad[][2] = {
+        {"decode head_dim=128\n", ":1: the first record"},
+        {"oscar-tune-table format=2\n", "format=1"},
+        {"oscar-tune-table format=1\ndecode head_dim=128\n", "before the provenance"},
+        {"oscar-tune-table format=1\n@PROV@bogus x=1\n", ":3: unknown record"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=3\n", "int2_splits = 3 is not a valid candidate"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=x\n", "expected an integer"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=8 int2_splits=8\n", "appears twice"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ tile=3\n", "no field \"tile\""},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits\n", "not key=value"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@ default_us=-5\n", "default_us"},
+        {"oscar-tune-table format=1\n@PROV@decode head_dim=128 src=0123456789abcdef\n", "lacks its bucket field group"},
+        {"oscar-tune-table format=1\n@PROV@@DEC@\n@DEC@\n", ":4: a second decode entry"},
+        {"oscar-tune-table format=1\n@PROV@decode head_dim=96 group=32 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 "
+         "context=8192 src=0123456789abcdef\n", "head_dim = \"96\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=3 "
+         "context=8192 src=0123456789abcdef\n", "batch = \"3\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 "
+         "context=8192\n", "lacks src"},
+        {"oscar-tune-table format=1\nprovenance gpu=\"H200 sms=1\n", "no closing quote"},
+        {"oscar-tune-table format=1\nprovenance gpu=H200\n", "provenance lacks sms"},
+        {"oscar-tune-table format=1\n@PROV@@PROV@", "a second provenance"},
+        {"oscar-tune-table format=1\n", "no provenance record"},
+        {"", "no \"oscar-tune-table\" header"},
+        {"oscar-tune-table format=1\n\x01\x02\n", ":2: control character"},
+    };
+    char dec[512], prov[512], text[4096], dsrc[17];
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    size_t i;
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
+    snprintf(dec, sizeof dec,
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 src=%s", dsrc);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        oscar__tune_table *t = (oscar__tune_table *)0x1;
+        const char *s = bad[i][0];
+        size_t n = 0;
+        oscar_status st;
+        /* expand @PROV@ and @DEC@ */
+        while (*s && n + 600 < sizeof text) {
+            if (!strncmp(s, "@PROV@", 6)) n += (size_t)snprintf(text + n, sizeof text - n, "%s", prov), s += 6;
+            else if (!strncmp(s, "@DEC@", 5)) n += (size_t)snprintf(text + n, sizeof text - n, "%s", dec), s += 5;
+            else text[n++] = *s++;
+        }
+        text[n] = 0;
+        st = oscar__tune_parse(ctx, "test", "t.txt", text, n, &t);
+        cr_assert_eq(st, OSCAR_STATUS_FORMAT_ERROR, "case %zu accepted:\n%s", i, text);
+        cr_assert_null(t);
+        cr_assert(strstr(oscar_last_error(ctx), bad[i][1]) != NULL, "case %zu: \"%s\" lacks \"%s\"", i,
+                  oscar_last_error(ctx), bad[i][1]);
+    }
+    /* a line longer than 4096 characters */
+    {
+        char *big = malloc(10000);
+        oscar__tune_table *t = NULL;
+        memset(big, 'a', 9999);
+        big[9999] = 0;
+        cr_assert_eq(oscar__tune_parse(ctx, "test", "t.txt", big, 9999, &t), OSCAR_STATUS_FORMAT_ERROR);
+        cr_assert(strstr(oscar_last_error(ctx), "longer than") != NULL, "%s", oscar_last_error(ctx));
+        free(big);
+    }
+    /* every prefix and random corruption of a valid file: parsed or rejected, never a crash */
+    {
+        tu_rng r = tu_seed();
+        size_t len, k;
+        valid_table(ctx, text, sizeof text);
+        len = strlen(text);
+        for (k = 0; k <= len; k++) {
+            oscar__tune_table *t = NULL;
+            oscar_status st = oscar__tune_parse(ctx, "test", "t.txt", text, k, &t);
+            cr_assert(st == OSCAR_OK || st == OSCAR_STATUS_FORMAT_ERROR);
+            cr_assert((st == OSCAR_OK) == (t != NULL));
+            oscar__tune_table_free(ctx, t);
+        }
+        for (k = 0; k < 2000; k++) {
+            char copy[4096];
+            oscar__tune_table *t = NULL;
+            int j, flips = 1 + (int)tu_int(&r, 4);
+            oscar_status st;
+            memcpy(copy, text, len);
+            for (j = 0; j < flips; j++) copy[tu_int(&r, (int64_t)len)] = (char)tu_int(&r, 256);
+            st = oscar__tune_parse(ctx, "test", "t.txt", copy, len, &t);
+            cr_assert(st == OSCAR_OK || st == OSCAR_STATUS_FORMAT_ERROR);
+            oscar__tune_table_free(ctx, t);
+        }
+    }
+    oscar_shutdown(ctx);
+}
+
+Test(tune, a_malformed_file_at_setup_is_ignored_with_a_sentence) {
+    char path[600];
+    oscar_ctx *ctx;
+    oscar_tune_info info;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/bad.txt", tmp_dir);
+    write_text(path, "oscar-tune-table format=1\nprovenance gpu=\"x\n");
+    log_text[0] = 0;
+    ctx = compile_only_ctx(path);
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert_eq(info.has_table, 0);
+    cr_assert(strstr(log_text, "bad.txt:2: the quoted value of gpu has no closing quote; the table is ignored") != NULL,
+              "log:\n%s", log_text);
+    cr_assert_eq(oscar_tune_table_load(ctx, path), OSCAR_STATUS_FORMAT_ERROR);
+    cr_assert(strstr(oscar_last_error(ctx), "bad.txt:2:") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert_eq(oscar_tune_table_load(ctx, "/nonexistent/t.txt"), OSCAR_STATUS_IO_ERROR);
+    cr_assert(strstr(oscar_last_error(ctx), "no such file") != NULL, "%s", oscar_last_error(ctx));
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+Test(tune, foreign_tables_are_ignored_with_a_log_line) {
+    char path[600], prov[512], text[4096], why[1024], dsrc[17];
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    oscar_ctx_info ci;
+    oscar_tune_info info;
+    oscar_tune_provenance h200, t;
+    static const struct {
+        int cc, nvrtc_delta;
+        const char *version, *what;
+    } cases[] = {{80, 0, OSCAR_VERSION_STRING, "another compute capability"},
+                 {90, 10, OSCAR_VERSION_STRING, "another NVRTC version"},
+                 {90, 0, "0.0.9", "another oscar version"}};
+    size_t i;
+    make_tmp_dir();
+    TU_OK(ctx, oscar_query_ctx_info(ctx, &ci));
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    oscar_shutdown(ctx);
+    snprintf(path, sizeof path, "%s/foreign.txt", tmp_dir);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(prov, sizeof prov,
+                 "provenance gpu=\"NVIDIA H200\" sms=132 cc=%d nvrtc=%d oscar=\"%s\" date=\"d\" tuning_s=1\n", cases[i].cc,
+                 ci.nvrtc_version + cases[i].nvrtc_delta, cases[i].version);
+        snprintf(text, sizeof text,
+                 "oscar-tune-table format=1\n%sdecode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min "
+                 "window=512 batch=1 context=8192 src=%s int2_splits=8\n",
+                 prov, dsrc);
+        write_text(path, text);
+        log_text[0] = 0;
+        ctx = compile_only_ctx(path);
+        TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+        cr_assert_eq(info.has_table, 0, "case %zu: a foreign table was loaded", i);
+        cr_assert(strstr(log_text, "[2] tuning table") && strstr(log_text, "ignored: tuned on") &&
+                      strstr(log_text, cases[i].what),
+                  "case %zu: log lacks \"%s\":\n%s", i, cases[i].what, log_text);
+        /* the explicit load reports it and keeps the context's table */
+        cr_assert_eq(oscar_tune_table_load(ctx, path), OSCAR_STATUS_UNSUPPORTED);
+        cr_assert(strstr(oscar_last_error(ctx), cases[i].what) != NULL, "%s", oscar_last_error(ctx));
+        oscar_shutdown(ctx);
+    }
+    /* GPU name and SM count (a device context's identity; none here, so made up) */
+    memset(&h200, 0, sizeof h200);
+    snprintf(h200.gpu_name, sizeof h200.gpu_name, "NVIDIA H200");
+    h200.num_sms = 132, h200.sm = 90, h200.nvrtc_version = 13000;
+    snprintf(h200.oscar_version, sizeof h200.oscar_version, "%s", OSCAR_VERSION_STRING);
+    t = h200;
+    cr_assert_eq(oscar__tune_foreign(&h200, &t, why, sizeof why), 0);
+    snprintf(t.gpu_name, sizeof t.gpu_name, "NVIDIA H100 80GB HBM3");
+    cr_assert_eq(oscar__tune_foreign(&h200, &t, why, sizeof why), 1);
+    cr_assert(strstr(why, "another GPU: \"NVIDIA H100 80GB HBM3\"") && strstr(why, "this context is \"NVIDIA H200\""), "%s", why);
+    t = h200;
+    t.num_sms = 114;
+    cr_assert_eq(oscar__tune_foreign(&h200, &t, why, sizeof why), 1);
+    cr_assert(strstr(why, "another SM count") != NULL, "%s", why);
+    /* ... and through the logger, as at setup */
+    ctx = compile_only_ctx(NULL);
+    log_text[0] = 0;
+    {
+        oscar__tune_table *tab = oscar__tune_table_new(ctx);
+        tab->prov = t;
+        cr_assert_eq(oscar__tune_adopt(ctx, &h200, tab, "x.txt", why, sizeof why), 1);
+        cr_assert(strstr(log_text, "[2] tuning table x.txt ignored: tuned on another SM count") != NULL, "%s", log_text);
+        oscar__tune_table_free(ctx, tab);
+    }
+    /* a compile-only context knows no GPU name or SM count: not compared */
+    {
+        oscar_tune_provenance co = h200;
+        co.gpu_name[0] = 0, co.num_sms = 0;
+        cr_assert_eq(oscar__tune_foreign(&co, &t, why, sizeof why), 0);
+    }
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+Test(tune, entries_for_other_kernel_sources_are_dropped) {
+    char path[600], prov[512], text[4096], dsrc[17];
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    oscar_tune_info info;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/stale.txt", tmp_dir);
+    provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    oscar_shutdown(ctx);
+    snprintf(text, sizeof text,
+             "oscar-tune-table format=1\n%s"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 "
+             "src=0000000000000000 int2_splits=8\n"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=2 context=8192 "
+             "src=%s int2_splits=4\n",
+             prov, dsrc);
+    write_text(path, text);
+    log_text[0] = 0;
+    ctx = compile_only_ctx(path);
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert(info.has_table && info.num_entries == 1, "expected the one current entry, got %d", info.num_entries);
+    cr_assert(strstr(log_text, "1 decode entries ignored: tuned for other kernel sources") != NULL, "log:\n%s", log_text);
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+Test(tune, where_the_context_finds_its_table) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    oscar_tune_info info;
+    char want[600];
+    make_tmp_dir();
+    setenv("OSCAR_TUNE_TABLE", "/tmp/from_env_table.txt", 1);
+    ctx = compile_only_ctx(NULL);
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert_str_eq(info.path, "/tmp/from_env_table.txt");
+    cr_assert_eq(info.has_table, 0, "a missing file is no table, not an error");
+    oscar_shutdown(ctx);
+    ctx = compile_only_ctx("/tmp/from_desc.txt");
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert_str_eq(info.path, "/tmp/from_desc.txt", "desc.tune_table_path wins over the environment");
+    oscar_shutdown(ctx);
+    unsetenv("OSCAR_TUNE_TABLE");
+    desc.compile_only_sm = 90;
+    desc.cache_dir = tmp_dir;
+    TU_OK(NULL, oscar_setup(&desc, &ctx));
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    snprintf(want, sizeof want, "%s/tune_table.txt", tmp_dir);
+    cr_assert_str_eq(info.path, want, "the default is next to the JIT cache");
+    /* no table to save yet */
+    cr_assert_eq(oscar_tune_table_save(ctx, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    oscar_shutdown(ctx);
+    /* the CPU backend has no tables, and says so */
+    memset(&desc, 0, sizeof desc);
+    desc.backend = OSCAR_BACKEND_CPU;
+    TU_OK(NULL, oscar_setup(&desc, &ctx));
+    cr_assert_eq(oscar_query_tune_info(ctx, &info), OSCAR_STATUS_UNSUPPORTED);
+    cr_assert(strstr(oscar_last_error(ctx), "CPU backend") != NULL);
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+Test(tune, writes_are_atomic) {
+    char path[600], text[4096], old[4096], sub[600];
+    oscar_ctx *ctx;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    ctx = compile_only_ctx(NULL);
+    valid_table(ctx, text, sizeof text);
+    write_text(path, text);
+    oscar_shutdown(ctx);
+    ctx = compile_only_ctx(path);
+    /* change the table in memory, so a completed write would change the file */
+    TU_OK(ctx, oscar__tune_store(ctx, "test", NULL, 3.0));
+    snprintf(old, sizeof old, "%s", read_text(path));
+    /* a write that fails half way: the old file, and no temporary file, stay */
+    oscar__tune_hooks.fail_write_after = 100;
+    cr_assert_eq(oscar_tune_table_save(ctx, path), OSCAR_STATUS_IO_ERROR);
+    oscar__tune_hooks.fail_write_after = 0;
+    cr_assert(strstr(oscar_last_error(ctx), "is unchanged") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert_str_eq(read_text(path), old, "a failed write changed the table");
+    cr_assert_eq(count_files(tmp_dir), 1, "a temporary file was left behind");
+    /* a folder that cannot hold it (a path under a regular file) */
+    snprintf(sub, sizeof sub, "%s/table.txt/inner.txt", tmp_dir);
+    cr_assert_eq(oscar_tune_table_save(ctx, sub), OSCAR_STATUS_IO_ERROR);
+    cr_assert(strstr(oscar_last_error(ctx), "cannot create") != NULL, "%s", oscar_last_error(ctx));
+    /* a read-only folder (only meaningful when not root: root writes anyway) */
+    if (geteuid() != 0) {
+        cr_assert_eq(chmod(tmp_dir, 0555), 0);
+        cr_assert_eq(oscar_tune_table_save(ctx, path), OSCAR_STATUS_IO_ERROR);
+        cr_assert_eq(chmod(tmp_dir, 0755), 0);
+        cr_assert_str_eq(read_text(path), old);
+    }
+    /* and a complete write replaces it */
+    TU_OK(ctx, oscar_tune_table_save(ctx, path));
+    cr_assert(strcmp(read_text(path), old) != 0, "the write did not land");
+    cr_assert(strstr(read_text(path), "tuning_s=15.500") != NULL, "%s", read_text(path));
+    cr_assert_eq(count_files(tmp_dir), 1);
+    oscar_shutdown(ctx);
+    remove_tmp_dir();
+}
+
+/* ---- plans and lookups ------------------------------------------------------ */
+static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2) {
+    oscar_int2_pool_desc pool = {0};
+    oscar_window_pool_desc win = {0};
+    oscar_decode_plan_desc pd = {0};
+    oscar_decode_plan_info plan;
+    pool.head_dim = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+    win.num_pages = 64, win.page_size = 16;
+    pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = batch;
+    pd.max_int2_tokens = int2_tokens, pd.max_window_tokens = 320, pd.int2_splits = forced_int2;
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+    return plan;
+}
+
+Test(tune, plans_take_the_table_and_fall_back_to_the_heuristic, .timeout = 600) {
+    char path[600], text[4096];
+    oscar_ctx *ctx, *bare;
+    oscar_decode_plan_info h1, h8, t1, t8, f1, h3;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    bare = compile_only_ctx(NULL);
+    valid_table(bare, text, sizeof text);
+    write_text(path, text);
+    /* no table: the heuristic (1 x 8K, 8 x 32K as bench_decode: 7872 / 32448 INT2 tokens) */
+    h1 = plan_of(bare, 1, 7872, 0);
+    h8 = plan_of(bare, 8, 32448, 0);
+    h3 = plan_of(bare, 3, 7872, 0);
+    cr_assert(h1.int2_splits != 8 || h1.window_splits != 4, "the test needs a table entry unlike the heuristic");
+    ctx = compile_only_ctx(path);
+    t1 = plan_of(ctx, 1, 7872, 0);
+    cr_assert(t1.int2_splits == 8 && t1.window_splits == 4, "the plan took %d + %d splits, the table says 8 + 4",
+              t1.int2_splits, t1.window_splits);
+    cr_assert(t1.workspace_bytes != h1.workspace_bytes || h1.int2_splits + h1.window_splits == 12,
+              "the workspace follows the table's splits");
+    /* an entry without parameters: the heuristic's choice */
+    t8 = plan_of(ctx, 8, 32448, 0);
+    cr_assert(t8.int2_splits == h8.int2_splits && t8.window_splits == h8.window_splits);
+    /* a bucket the table does not hold (batch 4): the heuristic */
+    cr_assert_eq(plan_of(ctx, 3, 7872, 0).int2_splits, h3.int2_splits);
+    /* a forced split count wins over the table */
+    f1 = plan_of(ctx, 1, 7872, 2);
+    cr_assert(f1.int2_splits == 2 && f1.window_splits == 4, "forced 2 -> %d, window %d", f1.int2_splits, f1.window_splits);
+    /* a cleared table: the heuristic again */
+    TU_OK(ctx, oscar_tune_table_clear(ctx));
+    t1 = plan_of(ctx, 1, 7872, 0);
+    cr_assert(t1.int2_splits == h1.int2_splits && t1.window_splits == h1.window_splits);
+    TU_OK(ctx, oscar_tune_table_load(ctx, path));
+    cr_assert_eq(plan_of(ctx, 1, 7872, 0).int2_splits, 8);
+    /* merge_states: the table's tile for its bucket, 4 elsewhere */
+    cr_assert_eq(oscar__tune_merge_rows(ctx, 128, 2, OSCAR_DTYPE_BF16, 200), 16);
+    cr_assert_eq(oscar__tune_merge_rows(ctx, 128, 2, OSCAR_DTYPE_BF16, 1000), OSCAR__MERGE_DEFAULT_ROWS);
+    cr_assert_eq(oscar__tune_merge_rows(bare, 128, 2, OSCAR_DTYPE_BF16, 200), OSCAR__MERGE_DEFAULT_ROWS);
+    oscar_shutdown(ctx);
+    oscar_shutdown(bare);
+    remove_tmp_dir();
+}
+
+Test(tune, tuning_needs_a_device) {
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    oscar_tune_decode_desc d = {0};
+    oscar_tune_merge_desc m = {0};
+    oscar_tune_shape s = {1, 8192};
+    d.num_q_heads = 32, d.num_kv_heads = 8, d.head_dim = 128, d.num_shapes = 1, d.shapes = &s;
+    cr_assert_eq(oscar_tune_decode(ctx, &d, NULL), OSCAR_STATUS_NEEDS_DEVICE);
+    cr_assert(strstr(oscar_last_error(ctx), "compile-only") != NULL, "%s", oscar_last_error(ctx));
+    m.head_dim = 128, m.num_shapes = 1, m.shapes = &s;
+    cr_assert_eq(oscar_tune_merge(ctx, &m, NULL), OSCAR_STATUS_NEEDS_DEVICE);
+    cr_assert_eq(oscar_tune_decode(NULL, &d, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    oscar_shutdown(ctx);
+}
