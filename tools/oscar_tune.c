@@ -1,0 +1,296 @@
+/* tools/oscar_tune.c -- the `oscar_tune` tool: tunes the decode (and
+   optionally merge_states) shapes of a model config on this machine's GPU,
+   writes the tuning table and bench/results/tune.{md,json}.
+
+       oscar_tune --bench-shapes [options]
+           the decode benchmark's shapes: 32 q / 8 kv heads, D 128, batch x context in
+           {1x8K, 1x32K, 1x128K, 8x32K, 32x8K, 32x32K, 128x4K}, 64 sink + 256 recent
+           bf16 window tokens, INT2 pages of 16 (HND), f16 scale + min
+       oscar_tune --q-heads 32 --kv-heads 8 --head-dim 128 --batch 1,8,32 --context 8192,32768 [options]
+           every batch x context of a model config (context = tokens per request,
+           window included)
+     options
+       --group G            INT2 group size (head dim)
+       --page P             INT2 page size (16)
+       --scale f16|f32      scale layout: f16 scale+min (default) or f32 scale+zero
+       --window N|none      bf16 window tokens per request (320)
+       --merge              also tune merge_states on rows = batch x q heads (2 states, bf16)
+       --table PATH         the table to extend and write (default: the context's,
+                            $OSCAR_TUNE_TABLE or <JIT cache>/tune_table.txt)
+       --fresh              start from an empty table (e.g. for tune/default_sm90.txt)
+       --results DIR        where tune.md and tune.json go (default: bench/results)
+       --repeats N          timed runs per candidate (15); --warmup N (3)
+   Without a GPU it says so and exits 0. Exit status 1: a tuning call failed;
+   2: bad arguments. */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef OSCAR_RESULTS_DIR
+#define OSCAR_RESULTS_DIR "bench/results"
+#endif
+
+#define MAX_LIST 32
+#define MAX_SHAPES (MAX_LIST * MAX_LIST)
+
+static int usage(const char *why) {
+    fprintf(stderr,
+            "oscar_tune: %s\n"
+            "usage: oscar_tune --bench-shapes | --q-heads N --kv-heads N --head-dim D --batch B[,B...] --context T[,T...]\n"
+            "                  [--group G] [--page P] [--scale f16|f32] [--window N|none] [--merge] [--table PATH]\n"
+            "                  [--fresh] [--results DIR] [--repeats N] [--warmup N]\n",
+            why);
+    return 2;
+}
+
+/* "1,8,32" -> values; returns the count, or -1 */
+static int parse_list(const char *s, int64_t *out) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1 || n == MAX_LIST) return -1;
+        if (*end == 'K' || *end == 'k') v *= 1024, end++;
+        out[n++] = v;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        s = end;
+    }
+    return n;
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", (unsigned char)*s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void shape_name(char *out, size_t cap, int batch, int64_t tokens) {
+    if (tokens % 1024 == 0) snprintf(out, cap, "%d x %lldK", batch, (long long)(tokens / 1024));
+    else snprintf(out, cap, "%d x %lld", batch, (long long)tokens);
+}
+
+int main(int argc, char **argv) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    oscar_tune_decode_desc td = {0};
+    oscar_tune_merge_desc tm = {0};
+    oscar_tune_shape shapes[MAX_SHAPES], mshapes[MAX_SHAPES];
+    oscar_tune_report reps[MAX_SHAPES], mreps[MAX_SHAPES];
+    oscar_tune_info info;
+    oscar_ctx_info ci;
+    oscar_status st;
+    int64_t batches[MAX_LIST], contexts[MAX_LIST];
+    int nb = 0, nctx = 0, nshapes = 0, nm = 0, bench = 0, merge = 0, fresh = 0, i, j;
+    const char *table = NULL, *results = OSCAR_RESULTS_DIR, *commit = getenv("OSCAR_COMMIT");
+    char command[1024] = "", date[32], path[1200];
+    size_t clen = 0;
+    double t0, total_s;
+    FILE *md, *js;
+
+    for (i = 0; i < argc && clen + 2 < sizeof command; i++) {
+        int k = snprintf(command + clen, sizeof command - clen, "%s%s", i ? " " : "", argv[i]);
+        if (k > 0) clen += (size_t)k;
+    }
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (!strcmp(a, "--bench-shapes")) bench = 1, takes = 0;
+        else if (!strcmp(a, "--merge")) merge = 1, takes = 0;
+        else if (!strcmp(a, "--fresh")) fresh = 1, takes = 0;
+        else if (!v) return usage("an option lacks its value");
+        else if (!strcmp(a, "--q-heads")) td.num_q_heads = atoi(v);
+        else if (!strcmp(a, "--kv-heads")) td.num_kv_heads = atoi(v);
+        else if (!strcmp(a, "--head-dim")) td.head_dim = atoi(v);
+        else if (!strcmp(a, "--group")) td.group_size = atoi(v);
+        else if (!strcmp(a, "--page")) td.page_size = atoi(v);
+        else if (!strcmp(a, "--repeats")) td.repeats = atoi(v);
+        else if (!strcmp(a, "--warmup")) td.warmup = atoi(v);
+        else if (!strcmp(a, "--table")) table = v;
+        else if (!strcmp(a, "--results")) results = v;
+        else if (!strcmp(a, "--scale")) {
+            if (!strcmp(v, "f16")) td.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+            else if (!strcmp(v, "f32")) td.scale_layout = OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO;
+            else return usage("--scale wants f16 or f32");
+        } else if (!strcmp(a, "--window")) {
+            td.window_tokens = !strcmp(v, "none") ? -1 : atoi(v);
+            if (td.window_tokens == 0) return usage("--window wants a token count >= 1 or none");
+        } else if (!strcmp(a, "--batch")) {
+            if ((nb = parse_list(v, batches)) < 1) return usage("--batch wants B[,B...], each >= 1");
+        } else if (!strcmp(a, "--context")) {
+            if ((nctx = parse_list(v, contexts)) < 1) return usage("--context wants T[,T...] (e.g. 8K,32768), each >= 1");
+        } else {
+            char why[256];
+            snprintf(why, sizeof why, "unknown option %s", a);
+            return usage(why);
+        }
+        i += takes;
+    }
+    if (bench) {
+        static const int bb[7] = {1, 1, 1, 8, 32, 32, 128};
+        static const int64_t bc[7] = {8192, 32768, 131072, 32768, 8192, 32768, 4096};
+        if (nb || nctx) return usage("--bench-shapes and --batch/--context exclude each other");
+        td.num_q_heads = 32, td.num_kv_heads = 8, td.head_dim = 128, td.page_size = 16;
+        td.int2_layout = OSCAR_KV_LAYOUT_HND, td.window_tokens = 320;
+        for (i = 0; i < 7; i++) shapes[i].batch_size = bb[i], shapes[i].context_tokens = bc[i];
+        nshapes = 7;
+    } else {
+        if (!td.num_q_heads || !td.num_kv_heads || !td.head_dim || !nb || !nctx)
+            return usage("give --bench-shapes, or --q-heads, --kv-heads, --head-dim, --batch and --context");
+        for (i = 0; i < nb; i++)
+            for (j = 0; j < nctx; j++) {
+                shapes[nshapes].batch_size = (int32_t)batches[i];
+                shapes[nshapes].context_tokens = contexts[j];
+                nshapes++;
+            }
+    }
+    td.num_shapes = nshapes, td.shapes = shapes;
+
+    desc.tune_table_path = table;
+    desc.logger.func = getenv("OSCAR_TUNE_VERBOSE") ? oscar_log_stderr : NULL;
+    st = oscar_setup(&desc, &ctx);
+    if (st != OSCAR_OK) {
+        printf("oscar_tune: no GPU to tune on (%s: %s); nothing done\n", oscar_status_string(st), oscar_last_error(NULL));
+        return 0;
+    }
+    oscar_query_ctx_info(ctx, &ci);
+    if (fresh) oscar_tune_table_clear(ctx);
+    oscar_query_tune_info(ctx, &info);
+    if (!info.path[0] && !table) {
+        fprintf(stderr, "oscar_tune: no table path (no --table, no $OSCAR_TUNE_TABLE, no disk cache)\n");
+        oscar_shutdown(ctx);
+        return 2;
+    }
+    printf("oscar_tune on %s (%d SMs, sm_%d, NVRTC %d.%d): %d decode shape(s)%s, table %s%s\n", ci.device_name, ci.num_sms,
+           ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10, nshapes, merge ? " + merge_states" : "",
+           table ? table : info.path, info.has_table ? " (extended)" : " (new)");
+    fflush(stdout);
+    {
+        struct timespec a;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        t0 = (double)a.tv_sec + 1e-9 * (double)a.tv_nsec;
+    }
+    st = oscar_tune_decode(ctx, &td, reps);
+    if (st != OSCAR_OK) {
+        fprintf(stderr, "oscar_tune: oscar_tune_decode: %s: %s\n", oscar_status_string(st), oscar_last_error(ctx));
+        oscar_shutdown(ctx);
+        return 1;
+    }
+    if (merge) {
+        for (i = 0; i < nshapes; i++) {
+            int64_t rows = (int64_t)shapes[i].batch_size * td.num_q_heads;
+            for (j = 0; j < nm && mshapes[j].context_tokens != rows; j++) {}
+            if (j == nm) mshapes[nm].batch_size = 0, mshapes[nm].context_tokens = rows, nm++;
+        }
+        tm.head_dim = td.head_dim, tm.num_states = 2, tm.dtype = OSCAR_DTYPE_BF16;
+        tm.num_shapes = nm, tm.shapes = mshapes, tm.repeats = td.repeats, tm.warmup = td.warmup;
+        st = oscar_tune_merge(ctx, &tm, mreps);
+        if (st != OSCAR_OK) {
+            fprintf(stderr, "oscar_tune: oscar_tune_merge: %s: %s\n", oscar_status_string(st), oscar_last_error(ctx));
+            oscar_shutdown(ctx);
+            return 1;
+        }
+    }
+    {
+        struct timespec a;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        total_s = (double)a.tv_sec + 1e-9 * (double)a.tv_nsec - t0;
+    }
+    st = oscar_tune_table_save(ctx, table);
+    if (st != OSCAR_OK) {
+        fprintf(stderr, "oscar_tune: oscar_tune_table_save: %s: %s\n", oscar_status_string(st), oscar_last_error(ctx));
+        oscar_shutdown(ctx);
+        return 1;
+    }
+    oscar_query_tune_info(ctx, &info);
+
+    /* the table on stdout, then the result files */
+    printf("\n%-10s %-12s %-34s %10s %-34s %10s %8s %6s %8s\n", "family", "shape", "default", "us", "kept", "us", "speedup",
+           "cands", "rejected");
+    for (i = 0; i < nshapes + nm; i++) {
+        const oscar_tune_report *r = i < nshapes ? &reps[i] : &mreps[i - nshapes];
+        char sh[64];
+        if (i < nshapes) shape_name(sh, sizeof sh, shapes[i].batch_size, shapes[i].context_tokens);
+        else snprintf(sh, sizeof sh, "%lld rows", (long long)mshapes[i - nshapes].context_tokens);
+        printf("%-10s %-12s %-34s %10.1f %-34s %10.1f %7.3fx %6d %8d\n", i < nshapes ? "decode" : "merge", sh,
+               r->default_params, r->default_us, r->params, r->tuned_us, r->default_us / r->tuned_us, r->num_candidates,
+               r->num_rejected);
+        if (r->rejected[0]) printf("           rejected: %s\n", r->rejected);
+    }
+    printf("\ntuning took %.1f s (this run); table %s: %d entries, tuning_s %.1f in all\n", total_s,
+           table ? table : info.path, info.num_entries, info.provenance.tuning_seconds);
+
+    {
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    }
+    snprintf(path, sizeof path, "%s/tune.md", results);
+    md = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/tune.json", results);
+    js = fopen(path, "w");
+    if (!md || !js) {
+        fprintf(stderr, "oscar_tune: cannot write %s/tune.{md,json}\n", results);
+        oscar_shutdown(ctx);
+        return 1;
+    }
+    fprintf(md, "# tune\n\n- GPU: %s (%d SMs, sm_%d)\n- NVRTC: %d.%d, oscar %s\n- date: %s\n- commit: %s\n- command: `%s`\n"
+                "- tuning took: %.1f s\n\n",
+            ci.device_name, ci.num_sms, ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10,
+            OSCAR_VERSION_STRING, date, commit && commit[0] ? commit : "unknown", command, total_s);
+    fprintf(md, "%d q / %d kv heads, D %d, group %d, INT2 pages of %d, window %d bf16 tokens per request. Default = the "
+                "plan's heuristic; kept = the best valid candidate, kept only if its median beats the default's by more "
+                "than the larger interquartile range in an interleaved re-timing (both times below are from that "
+                "re-timing; medians of %d CUDA-event timings, inputs rotating over 2x the L2). Candidates whose output "
+                "differs from the default's (o > 1e-3 relative per head, lse > 1e-4; merge: any bit) are rejected.\n\n",
+            td.num_q_heads, td.num_kv_heads, td.head_dim, td.group_size ? td.group_size : td.head_dim,
+            td.page_size ? td.page_size : 16, td.window_tokens < 0 ? 0 : td.window_tokens ? td.window_tokens : 320,
+            2 * (td.repeats ? td.repeats : 15));
+    fprintf(md, "| family | shape | bucket | default | default (us) | kept | kept (us) | speedup | candidates | rejected | "
+                "seconds |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(js, "{\n  \"bench\": \"tune\",\n  \"gpu\": ");
+    json_string(js, ci.device_name);
+    fprintf(js, ",\n  \"num_sms\": %d,\n  \"sm\": %d,\n  \"nvrtc\": \"%d.%d\",\n  \"oscar\": \"%s\",\n  \"date\": \"%s\",\n"
+                "  \"commit\": ",
+            ci.num_sms, ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10, OSCAR_VERSION_STRING, date);
+    json_string(js, commit && commit[0] ? commit : "unknown");
+    fprintf(js, ",\n  \"command\": ");
+    json_string(js, command);
+    fprintf(js, ",\n  \"tuning_seconds\": %.2f,\n  \"rows\": [\n", total_s);
+    for (i = 0; i < nshapes + nm; i++) {
+        const oscar_tune_report *r = i < nshapes ? &reps[i] : &mreps[i - nshapes];
+        char sh[64];
+        if (i < nshapes) shape_name(sh, sizeof sh, shapes[i].batch_size, shapes[i].context_tokens);
+        else snprintf(sh, sizeof sh, "%lld rows", (long long)mshapes[i - nshapes].context_tokens);
+        fprintf(md, "| %s | %s | `%s` | %s | %.1f (IQR %.1f) | %s | %.1f (IQR %.1f) | %.3fx | %d | %d%s%s | %.1f |\n",
+                i < nshapes ? "decode" : "merge_states", sh, r->key, r->default_params, r->default_us, r->default_spread_us,
+                r->params, r->tuned_us, r->tuned_spread_us, r->default_us / r->tuned_us, r->num_candidates, r->num_rejected,
+                r->rejected[0] ? ": " : "", r->rejected, r->seconds);
+        fprintf(js, "%s    {\"family\": \"%s\", \"shape\": \"%s\", \"bucket\": ", i ? ",\n" : "",
+                i < nshapes ? "decode" : "merge_states", sh);
+        json_string(js, r->key);
+        fprintf(js, ", \"default_params\": ");
+        json_string(js, r->default_params);
+        fprintf(js, ", \"default_us\": %.3f, \"default_spread_us\": %.3f, \"params\": ", r->default_us, r->default_spread_us);
+        json_string(js, r->params);
+        fprintf(js, ", \"tuned_us\": %.3f, \"tuned_spread_us\": %.3f, \"speedup\": %.4f, \"improved\": %s, "
+                    "\"candidates\": %d, \"rejected\": %d, \"rejected_detail\": ",
+                r->tuned_us, r->tuned_spread_us, r->default_us / r->tuned_us, r->improved ? "true" : "false",
+                r->num_candidates, r->num_rejected);
+        json_string(js, r->rejected);
+        fprintf(js, ", \"seconds\": %.2f}", r->seconds);
+    }
+    fprintf(js, "\n  ]\n}\n");
+    fclose(md);
+    fclose(js);
+    printf("wrote %s/tune.md and tune.json\n", results);
+    oscar_shutdown(ctx);
+    return 0;
+}
