@@ -133,7 +133,7 @@ Test(tune, the_merge_tiles_are_registered) {
                  oscar__tune_families[OSCAR_TUNE_FAMILY_MERGE_STATES].params[0].candidates[j]);
         found = 0;
         for (i = 0; i < oscar_jit_instantiation_count(); i++) {
-            const char *prog, *name;
+            const char *prog = NULL, *name = NULL;
             TU_OK(NULL, oscar_jit_instantiation(i, &prog, &name));
             found |= strcmp(name, want) == 0 && strcmp(prog, "merge.cuh") == 0;
         }

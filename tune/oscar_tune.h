@@ -490,7 +490,7 @@ OSCAR__PRIVATE int oscar__tune_split(char *line, char **record, oscar__tune_fiel
             v = w = ++p;
             for (;;) {
                 if (!*p) {
-                    snprintf(why, why_cap, "the quoted value of %s has no closing quote", k);
+                    snprintf(why, why_cap, "the quoted value of %.40s has no closing quote", k);
                     return -1;
                 }
                 if (*p == '"') break;
@@ -500,14 +500,14 @@ OSCAR__PRIVATE int oscar__tune_split(char *line, char **record, oscar__tune_fiel
             p++;
             *w = 0;
             if (*p && *p != ' ' && *p != '\t') {
-                snprintf(why, why_cap, "text right after the quoted value of %s", k);
+                snprintf(why, why_cap, "text right after the quoted value of %.40s", k);
                 return -1;
             }
         } else {
             v = p;
             while (*p && *p != ' ' && *p != '\t') p++;
             if (p == v) {
-                snprintf(why, why_cap, "%s has an empty value", k);
+                snprintf(why, why_cap, "%.40s has an empty value", k);
                 return -1;
             }
             if (*p) *p++ = 0;
@@ -606,7 +606,7 @@ OSCAR__PRIVATE int oscar__tune_parse_entry(int32_t family, oscar__tune_field *f,
         for (k = 0; k < fd->num_keys && strcmp(f[i].key, fd->keys[k]) != 0; k++) {}
         if (k < fd->num_keys) {
             if (keys_seen & (1u << k)) {
-                snprintf(why, why_cap, "%s appears twice", f[i].key);
+                snprintf(why, why_cap, "%.40s appears twice", f[i].key);
                 return -1;
             }
             keys_seen |= 1u << k;
@@ -630,11 +630,11 @@ OSCAR__PRIVATE int oscar__tune_parse_entry(int32_t family, oscar__tune_field *f,
         for (p = 0; p < fd->num_params && strcmp(f[i].key, fd->params[p].name) != 0; p++) {}
         if (p < fd->num_params) {
             if (e->params_set & (1u << p)) {
-                snprintf(why, why_cap, "%s appears twice", f[i].key);
+                snprintf(why, why_cap, "%.40s appears twice", f[i].key);
                 return -1;
             }
             if (!oscar__tune_parse_int(f[i].value, -1000000, 1000000, &v)) {
-                snprintf(why, why_cap, "%s = \"%.40s\"; expected an integer", f[i].key, f[i].value);
+                snprintf(why, why_cap, "%.40s = \"%.40s\"; expected an integer", f[i].key, f[i].value);
                 return -1;
             }
             e->params[p] = OSCAR__CAST(int32_t, v);
@@ -656,7 +656,7 @@ OSCAR__PRIVATE int oscar__tune_parse_entry(int32_t family, oscar__tune_field *f,
             int is_def = f[i].key[0] == 'd';
             if ((is_def ? seen_def++ : seen_tuned++) ||
                 !oscar__tune_parse_double(f[i].value, is_def ? &e->default_us : &e->tuned_us)) {
-                snprintf(why, why_cap, "%s = \"%.40s\"; expected once, microseconds >= 0", f[i].key, f[i].value);
+                snprintf(why, why_cap, "%.40s = \"%.40s\"; expected once, microseconds >= 0", f[i].key, f[i].value);
                 return -1;
             }
             continue;
