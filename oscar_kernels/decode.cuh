@@ -111,14 +111,31 @@ __device__ __forceinline__ void split_pair(float x0, float x1, u32 &hi, u32 &lo)
     lo = movmatrix_trans(pack2<DTYPE>(x0 - h0, x1 - h1));
 }
 
+/* The high or the low part of split_pair alone, in the B layout. */
+template <int DTYPE>
+__device__ __forceinline__ u32 split_half(float x0, float x1, bool low) {
+    const u32 h = pack2<DTYPE>(x0, x1);
+    const float h0 = to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)), h1 = to_f32<DTYPE>(static_cast<u16>(h >> 16));
+    return movmatrix_trans(low ? pack2<DTYPE>(x0 - h0, x1 - h1) : h);
+}
+
 /* Exact codes of quarter k of bytes (0, 2) of r as two f16 values: the
    code lands in the mantissa of 1024 + code*4^k, then one FMA scales and
    removes the offset. */
+/* (r & mask) | magic as one LOP3: written as C, the compiler emits an AND
+   and an OR (a LOP3 takes one immediate), 3 instead of 2 instructions per
+   code pair -- a third of the INT2 kernel's unpacking. */
+template <u32 MASK, u32 MAGIC>
+__device__ __forceinline__ u32 and_or(u32 r) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(r), "n"(MASK), "n"(MAGIC));
+    return d;
+}
 template <int k>
 __device__ __forceinline__ u32 code_pair_f16(u32 r) {
     constexpr u32 mul = k == 0 ? 0x3C003C00u : k == 1 ? 0x34003400u : k == 2 ? 0x2C002C00u : 0x24002400u;
     constexpr u32 add = k == 0 ? 0xE400E400u : k == 1 ? 0xDC00DC00u : k == 2 ? 0xD400D400u : 0xCC00CC00u;
-    return hfma2_f16((r & (0x00030003u << (2 * k))) | 0x64006400u, mul, add);
+    return hfma2_f16(and_or<(0x00030003u << (2 * k)), 0x64006400u>(r), mul, add);
 }
 /* The same as bf16 values (128 + code*4^k; quarter 3 is shifted down first
    because code*64 would reach bf16's exponent bits). */
@@ -127,7 +144,7 @@ __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
     if constexpr (k == 3) return code_pair_bf16<1>(r >> 4);
     constexpr u32 mul = k == 0 ? 0x3F803F80u : k == 1 ? 0x3E803E80u : 0x3D803D80u;
     constexpr u32 add = k == 0 ? 0xC300C300u : k == 1 ? 0xC200C200u : 0xC100C100u;
-    return hfma2_bf16((r & (0x00030003u << (2 * k))) | 0x43004300u, mul, add);
+    return hfma2_bf16(and_or<(0x00030003u << (2 * k)), 0x43004300u>(r), mul, add);
 }
 
 /* code_pair_{f16,bf16}<k> for a quarter k known after unrolling */
@@ -261,28 +278,49 @@ struct softmax_state {
     }
 };
 
-/* New running max of each head over SUB 16-token sub-tiles of logits s
-   (C fragments: [sub][nh][i], i = e + 2 * half); returns the factor the old
-   state must be scaled by, and the reference the exponentials subtract. */
+/* Lazy rescaling. Each head's exponentials subtract a reference m (the
+   state's m); it moves up to the running max only when a logit exceeds it by
+   more than RESCALE_SLACK (log2 units) for some head of the warp, so p stays
+   <= 2^8 and most tiles skip scaling the accumulators. Exact: l and o are
+   accumulated against the same reference and combined by it.
+   Over SUB 16-token sub-tiles of logits s (C fragments [sub][nh][i], i = e +
+   2 * half): returns whether the warp rescaled; alpha = the factor the old
+   state was scaled by (1 when not), ref = what the exponentials subtract. */
+constexpr float RESCALE_SLACK = 8.f;
 template <int NH, int SUB>
-__device__ __forceinline__ void softmax_rescale(softmax_state<NH> &st, const float (&s)[SUB][NH][4],
+__device__ __forceinline__ bool softmax_rescale(softmax_state<NH> &st, const float (&s)[SUB][NH][4],
                                                 float (&alpha)[NH][2], float (&ref)[NH][2]) {
+    float mx[NH][2];
+    bool grow = false;
 #pragma unroll
     for (int nh = 0; nh < NH; nh++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            float mx = neg_inf();
+            float m = neg_inf();
 #pragma unroll
-            for (int sub = 0; sub < SUB; sub++) mx = fmaxf(mx, fmaxf(s[sub][nh][e], s[sub][nh][e + 2]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float m_new = fmaxf(st.m[nh][e], mx);
-            ref[nh][e] = m_new == neg_inf() ? 0.f : m_new;
-            alpha[nh][e] = ex2(st.m[nh][e] - ref[nh][e]);
-            st.m[nh][e] = m_new;
-            st.l[nh][e] *= alpha[nh][e];
+            for (int sub = 0; sub < SUB; sub++) m = fmaxf(m, fmaxf(s[sub][nh][e], s[sub][nh][e + 2]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+            mx[nh][e] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+            grow |= mx[nh][e] > st.m[nh][e] + RESCALE_SLACK;
         }
+    const bool rescale = __any_sync(0xffffffffu, grow);
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (rescale) {
+                const float m_new = fmaxf(st.m[nh][e], mx[nh][e]);
+                ref[nh][e] = m_new == neg_inf() ? 0.f : m_new;
+                alpha[nh][e] = ex2(st.m[nh][e] - ref[nh][e]);
+                st.m[nh][e] = m_new;
+                st.l[nh][e] *= alpha[nh][e];
+            } else {
+                ref[nh][e] = st.m[nh][e] == neg_inf() ? 0.f : st.m[nh][e];
+                alpha[nh][e] = 1.f;
+            }
+        }
+    return rescale;
 }
 
 /* The end of a warp's work: reduce l (and per-group extras) over the 8 row
@@ -451,9 +489,17 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
 
 /* ======================================================================== */
 /* INT2 tier                                                                 */
-template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int NH>
+/* HEADS: the most query heads per KV head this instantiation serves (4, 8
+   or 16). With 4 or fewer, q' (and p * scale) travel as hi | lo halves of
+   one 8-column n-tile -- heads 0-3 the 16-bit high parts, 4-7 the low parts --
+   so one mma does what two did; the halves are summed by one shuffle per
+   logit and, for o, once at the end (PACK). */
+template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS>
 __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
+    static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
+    constexpr int NH = HEADS > 8 ? 2 : 1;
+    constexpr bool PACK = HEADS <= 4;
     constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KS = D / 16, MT = D / 16;
     constexpr int TOK = 32, STAGES = 4, WARPS = 4, SC = 8 * G; /* scale bytes reserved per token and side */
     constexpr int CODE_BYTES = TOK * Q4, STAGE_BYTES = 2 * CODE_BYTES + 2 * TOK * SC;
@@ -469,6 +515,8 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
+    /* the head of logit / state column e of this lane (PACK: lanes c and c ^ 2 share heads) */
+    auto head_of = [](int c_, int e_) { return PACK ? 2 * (c_ & 1) + e_ : 2 * c_ + e_; };
     const int *indices = reinterpret_cast<const int *>(p.int2_indices);
     const int ps = PAGE_SIZE > 0 ? PAGE_SIZE : p.pool.page_size;
     const int len = csr_tokens<PAGE_SIZE>(indptr, reinterpret_cast<const int *>(p.int2_last_page_len), b, ps);
@@ -495,13 +543,17 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
             for (int ks = 0; ks < KS; ks++) {
                 const uint4 f = frag[(nh * KS + ks) * 32 + lane];
                 qf[ks][nh][0][0] = f.x, qf[ks][nh][0][1] = f.y, qf[ks][nh][1][0] = f.z, qf[ks][nh][1][1] = f.w;
+                if constexpr (PACK) { /* columns 4-7 (lanes 16-31) take the low parts of heads 0-3 */
+                    const u32 lo0 = __shfl_sync(0xffffffffu, f.z, lane & 15), lo1 = __shfl_sync(0xffffffffu, f.w, lane & 15);
+                    if (lane >= 16) qf[ks][nh][0][0] = lo0, qf[ks][nh][0][1] = lo1;
+                }
             }
 #pragma unroll
         for (int nh = 0; nh < NH; nh++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
 #pragma unroll
-                for (int grp = 0; grp < G; grp++) qsum[nh][e][grp] = sums[(nh * 8 + 2 * c + e) * G + grp];
+                for (int grp = 0; grp < G; grp++) qsum[nh][e][grp] = sums[(nh * 8 + head_of(c, e)) * G + grp];
     }
 
     /* ---- the pipeline: this warp's tiles are start + (warp + WARPS * i) * TOK */
@@ -621,15 +673,16 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++) {
                     mma_16816<OSCAR_K_DTYPE_F16>(sg[grp][nh], a0, a1, a2, a3, qf[ks][nh][0][0], qf[ks][nh][0][1]);
-                    mma_16816<OSCAR_K_DTYPE_F16>(sl[grp][nh], a0, a1, a2, a3, qf[ks][nh][1][0], qf[ks][nh][1][1]);
+                    if constexpr (!PACK)
+                        mma_16816<OSCAR_K_DTYPE_F16>(sl[grp][nh], a0, a1, a2, a3, qf[ks][nh][1][0], qf[ks][nh][1][1]);
                 }
             }
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int tok = sub * 16 + g + 8 * half;
-                float sv[NH][2];
+                float sv[NH][2], sm_[NH][2];
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) sv[nh][0] = sv[nh][1] = 0.f;
+                for (int nh = 0; nh < NH; nh++) sv[nh][0] = sv[nh][1] = sm_[nh][0] = sm_[nh][1] = 0.f;
 #pragma unroll
                 for (int grp = 0; grp < G; grp++) {
                     float sc, mn;
@@ -637,10 +690,19 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 #pragma unroll
                     for (int nh = 0; nh < NH; nh++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++)
-                            sv[nh][e] = fmaf(sc, sg[grp][nh][e + 2 * half] + sl[grp][nh][e + 2 * half],
-                                             fmaf(mn, qsum[nh][e][grp], sv[nh][e]));
+                        for (int e = 0; e < 2; e++) {
+                            const float x = sg[grp][nh][e + 2 * half];
+                            sv[nh][e] = fmaf(sc, PACK ? x : x + sl[grp][nh][e + 2 * half], sv[nh][e]);
+                            sm_[nh][e] = fmaf(mn, qsum[nh][e][grp], sm_[nh][e]);
+                        }
                 }
+#pragma unroll
+                for (int nh = 0; nh < NH; nh++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        if constexpr (PACK) sv[nh][e] += __shfl_xor_sync(0xffffffffu, sv[nh][e], 2); /* hi + lo */
+                        sv[nh][e] += sm_[nh][e];
+                    }
                 const bool valid = t0 + tok < end;
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++)
@@ -655,18 +717,19 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 
         /* ---- online softmax */
         float alpha[NH][2], ref[NH][2];
-        softmax_rescale<NH, 2>(sm, s, alpha, ref);
+        if (softmax_rescale<NH, 2>(sm, s, alpha, ref)) {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nh = 0; nh < NH; nh++) {
-                acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
-                acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
-            }
+                for (int nh = 0; nh < NH; nh++) {
+                    acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
+                    acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+                }
 #pragma unroll
-        for (int grp = 0; grp < G; grp++)
+            for (int grp = 0; grp < G; grp++)
 #pragma unroll
-            for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
+                for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
+        }
 
         /* ---- p, p * scale -> B fragments, V codes -> A fragments, PV */
 #pragma unroll
@@ -689,8 +752,13 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
                 affine(vsb, sub * 16 + g + 8, grp, sc1, mn1);
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++) {
-                    split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, pb[grp][nh][0], pbl[grp][nh][0]);
-                    split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, pb[grp][nh][1], pbl[grp][nh][1]);
+                    if constexpr (PACK) { /* lanes c < 2 hold the high parts (columns 0-3), c >= 2 the low */
+                        pb[grp][nh][0] = split_half<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, c >= 2);
+                        pb[grp][nh][1] = split_half<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, c >= 2);
+                    } else {
+                        split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, pb[grp][nh][0], pbl[grp][nh][0]);
+                        split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, pb[grp][nh][1], pbl[grp][nh][1]);
+                    }
                     vmin[grp][nh][0] = fmaf(pr[nh][0], mn0, fmaf(pr[nh][2], mn1, vmin[grp][nh][0]));
                     vmin[grp][nh][1] = fmaf(pr[nh][1], mn0, fmaf(pr[nh][3], mn1, vmin[grp][nh][1]));
                 }
@@ -715,7 +783,8 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
 #pragma unroll
                 for (int nh = 0; nh < NH; nh++) {
                     mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pb[grp][nh][0], pb[grp][nh][1]);
-                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pbl[grp][nh][0], pbl[grp][nh][1]);
+                    if constexpr (!PACK)
+                        mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pbl[grp][nh][0], pbl[grp][nh][1]);
                 }
             }
         }
@@ -731,7 +800,13 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
         for (int nh = 0; nh < NH; nh++)
 #pragma unroll
             for (int e = 0; e < 2; e++) vmin[grp][nh][e] = row_lanes_sum(vmin[grp][nh][e]);
+    if constexpr (PACK) /* o = the high-part columns + the low-part columns; lanes c < 2 hold heads 0-3 */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][0][i] += __shfl_xor_sync(0xffffffffu, acc[mt][0][i], 2);
     __syncthreads(); /* every warp is done with its pipeline smem */
+    /* with PACK, lanes c >= 2 store copies of heads 0-3 as "heads" 4-7: never read (r <= 4) */
     COMB::store_state(smem, warp, g, c, sm);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -865,7 +940,7 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
                 s[0][nh][i] = t0 + g + 8 * (i >> 1) < end ? x : neg_inf();
             }
         float alpha[NH][2], ref[NH][2];
-        softmax_rescale<NH, 1>(sm, s, alpha, ref);
+        const bool rescaled = softmax_rescale<NH, 1>(sm, s, alpha, ref);
         u32 pb[NH][2], pbl[NH][2]; /* p as hi + lo in the cache's dtype */
 #pragma unroll
         for (int nh = 0; nh < NH; nh++) {
@@ -885,8 +960,10 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
             ldmatrix_x4_trans(vb + tile_off<ROW>((mi >> 1) * 8 + mr, 2 * mt + (mi & 1)), a0, a1, a2, a3);
 #pragma unroll
             for (int nh = 0; nh < NH; nh++) {
-                acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
-                acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+                if (rescaled) {
+                    acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
+                    acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+                }
                 mma_16816<KV_DTYPE>(acc[mt][nh], a0, a1, a2, a3, pb[nh][0], pb[nh][1]);
                 mma_16816<KV_DTYPE>(acc[mt][nh], a0, a1, a2, a3, pbl[nh][0], pbl[nh][1]);
             }
