@@ -5,9 +5,10 @@
    Four kernels, launched in this order by oscar_decode_run:
      decode_prep_kernel<D>          q -> q' = q @ R_k (the INT2 part's query) and
                                     the plain q, both pre-scaled, in f32
+     decode_int2_kernel<D,GS,PS,H>  INT2 paged tokens, dequantized on the fly
      decode_window_kernel<D,NH>     bf16/f16 paged tokens (sink + recent; also the
-                                    BF16 baseline over a whole context)
-     decode_int2_kernel<D,GS,PS,NH> INT2 paged tokens, dequantized on the fly
+                                    BF16 baseline over a whole context); reads
+                                    only inputs, so it overlaps the INT2 tail
      decode_merge_kernel<D>         splits -> INT2 part @ R_v^T -> merge with the
                                     window part -> o, lse
    q  [batch][q heads][D] bf16|f16 (strides)       o [batch][q heads][D] bf16|f16
@@ -430,6 +431,7 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
 #pragma unroll
             for (int u = 0; u < F4; u++) reinterpret_cast<float4 *>(rs)[t + u * THREADS] = v[u];
             __syncthreads();
+#pragma unroll 8
             for (int d = part; d < CHUNK_ROWS; d += PARTS) {
                 const float rv = rs[d * D + n];
 #pragma unroll
@@ -475,15 +477,19 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
                              pack2<OSCAR_K_DTYPE_F16>(v[2] - hv[2], v[3] - hv[3]));
     }
     float *sums = QW::sums(p, NH, KS) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * 8 * G;
-    for (int i = t; i < NH * 8 * G; i += THREADS) {
+    /* a warp per (head, group) sum: a single thread walking 128 dims was the
+       prep kernel's longest chain */
+    for (int i = t / 32; i < NH * 8 * G; i += THREADS / 32) {
         const int h = i / G, grp = i % G;
         float s = 0.f;
         if (h < r)
-            for (int d = grp * GROUP_SIZE; d < (grp + 1) * GROUP_SIZE; d++) {
+            for (int d = grp * GROUP_SIZE + (t & 31); d < (grp + 1) * GROUP_SIZE; d += 32) {
                 const float hi = f16_to_f32(f32_to_f16(qs[h][d]));
                 s += hi + f16_to_f32(f32_to_f16(qs[h][d] - hi));
             }
-        sums[i] = s;
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+        if ((t & 31) == 0) sums[i] = s;
     }
 }
 
@@ -851,20 +857,26 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
     }
     const int page0 = indptr[b];
 
-    /* q in two parts (hi + lo in the cache's dtype): logits as precise as f32 q */
-    pdl_wait();
+    /* q in two parts (hi + lo in the cache's dtype): logits as precise as f32
+       q. Read from the input itself, scaled as decode_prep_kernel scales it:
+       this kernel runs after the INT2 one and overlaps its tail, reading
+       nothing an earlier kernel writes; it waits only before its own writes. */
     u32 qf[KS][NH][2][2];
     {
+        const float qscale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
 #pragma unroll
         for (int nh = 0; nh < NH; nh++) {
             const int h = nh * 8 + g;
-            const float *qh = q_workspace<D>::plain(p, b, kvh * r + min(h, r - 1));
+            const u16 *qh = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + (kvh * r + min(h, r - 1)) * p.q_head_stride;
+            auto qv = [&](int d) {
+                return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(qh[d]) : bf16_to_f32(qh[d])) * qscale;
+            };
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const float x0 = h < r ? qh[16 * ks + 2 * c + 8 * half] : 0.f;
-                    const float x1 = h < r ? qh[16 * ks + 2 * c + 8 * half + 1] : 0.f;
+                    const float x0 = h < r ? qv(16 * ks + 2 * c + 8 * half) : 0.f;
+                    const float x1 = h < r ? qv(16 * ks + 2 * c + 8 * half + 1) : 0.f;
                     const float h0 = to_f32<KV_DTYPE>(from_f32(x0, KV_DTYPE)), h1 = to_f32<KV_DTYPE>(from_f32(x1, KV_DTYPE));
                     qf[ks][nh][0][half] = pack2<KV_DTYPE>(h0, h1);
                     qf[ks][nh][1][half] = pack2<KV_DTYPE>(x0 - h0, x1 - h1);
@@ -981,19 +993,26 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
             for (int i = 0; i < 4; i++)
                 COMB::o_of(smem, warp, nh * 8 + 2 * c + (i & 1))[16 * mt + g + 8 * (i >> 1)] = acc[mt][nh][i];
     __syncthreads();
+    pdl_wait(); /* the previous step's merge may still read this workspace */
     COMB::finish(smem, p, b, kvh, slot);
 }
 
 /* ======================================================================== */
 /* merge: INT2 splits -> @ R_v^T -> with the window splits -> o, lse        */
-/* Grid (batch, kv heads), 128 threads. Split weights are computed by lanes */
+/* Grid (batch, kv heads), 512 threads. Split weights are computed by lanes */
 /* in parallel, the weighted sums by threads over (head, dim) with the      */
-/* splits' loads independent of each other.                                 */
+/* splits' loads independent of each other, and R_v^T by Q = 512 / D        */
+/* neighbouring lanes per output dim (a shuffle sums their parts). v1-v3    */
+/* used 128 threads, one per output dim walking all of R's row: a 66-split */
+/* 1 x 128K step spent ~15 us here.                                         */
 template <int D>
-__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
-    constexpr int MAX_SPLITS = 128; /* the plan never makes more */
-    __shared__ float o_int2[16][D];
+    constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
+    constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
+    constexpr int PAD = D + D / 32;             /* o_int2 row stride: the Q lanes of a dim hit Q banks */
+    static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
+    __shared__ float o_int2[16 * PAD];
     __shared__ float lse_part[16][2];
     __shared__ float wgt[2][16][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
@@ -1003,7 +1022,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
     pdl_wait();
     /* weights: warp per (head, part) */
-    for (int job = warp; job < 2 * r; job += 4) {
+    for (int job = warp; job < 2 * r; job += WARPS) {
         const int j = job >> 1, part = job & 1;
         const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
         const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
@@ -1024,66 +1043,73 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
         if (lane == 0) lse_part[j][part] = L > 0.f ? m + __log2f(L) : neg_inf();
     }
     __syncthreads();
-    /* the INT2 part of every head, in the rotated space */
-    for (int i = threadIdx.x; i < r * D; i += 128) {
+    /* the INT2 part of every head, in the rotated space; an empty split
+       (weight 0) may hold stale values, NaN included: selected away */
+    for (int i = threadIdx.x; i < r * D; i += THREADS) {
         const int j = i / D, d = i % D;
         const float *src = ws_o + (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits * D + d;
         float o = 0.f;
         if (lse_part[j][0] != neg_inf()) {
-#pragma unroll 8
+#pragma unroll 16
             for (int s = 0; s < p.int2_splits; s++) {
-                const float w = wgt[0][j][s];
-                if (w > 0.f) o = fmaf(w, src[static_cast<i64>(s) * D], o);
+                const float w = wgt[0][j][s], v = src[static_cast<i64>(s) * D];
+                o = fmaf(w, w > 0.f ? v : 0.f, o);
             }
         }
-        o_int2[j][d] = o;
+        o_int2[j * PAD + d + d / 32] = o;
     }
     __syncthreads();
-    /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): thread n walks
-       row n of R_v with 16-byte loads and serves every head of the group */
+    /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
+       take R's row n in PER-float pieces and serve every head of the group */
     const float *R = reinterpret_cast<const float *>(p.rot_v);
-    for (int n = threadIdx.x; n < D; n += 128) {
-        float x[16];
+    const int n = threadIdx.x / Q, q = threadIdx.x % Q;
+    float x[16];
 #pragma unroll
-        for (int j = 0; j < 16; j++) x[j] = 0.f;
-        if (R) {
-            const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D);
-#pragma unroll 8
-            for (int d4 = 0; d4 < D / 4; d4++) {
-                const float4 rv = row[d4];
+    for (int j = 0; j < 16; j++) x[j] = 0.f;
+    if (R) {
+        const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
 #pragma unroll
-                for (int j = 0; j < 16; j++)
-                    if (j < r)
-                        x[j] = fmaf(o_int2[j][4 * d4], rv.x,
-                                    fmaf(o_int2[j][4 * d4 + 1], rv.y,
-                                         fmaf(o_int2[j][4 * d4 + 2], rv.z, fmaf(o_int2[j][4 * d4 + 3], rv.w, x[j]))));
-            }
-        } else {
+        for (int d4 = 0; d4 < PER / 4; d4++) {
+            const float4 rv = row[d4];
+            const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
 #pragma unroll
             for (int j = 0; j < 16; j++)
-                if (j < r) x[j] = o_int2[j][n];
+                if (j < r)
+                    x[j] = fmaf(o_int2[j * PAD + o0], rv.x,
+                                fmaf(o_int2[j * PAD + o0 + 1], rv.y,
+                                     fmaf(o_int2[j * PAD + o0 + 2], rv.z, fmaf(o_int2[j * PAD + o0 + 3], rv.w, x[j]))));
         }
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            if (j >= r) break;
-            const float l1 = lse_part[j][0], l2 = lse_part[j][1];
-            const float m = fmaxf(l1, l2);
-            const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
-            float win = 0.f;
-            if (w2 > 0.f) {
-                const float *src = ws_o + ((static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + p.int2_splits) * D + n;
-                for (int s = 0; s < p.win_splits; s++) {
-                    const float w = wgt[1][j][s];
-                    if (w > 0.f) win = fmaf(w, src[static_cast<i64>(s) * D], win);
-                }
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+            if (j < r) x[j] = o_int2[j * PAD + n + n / 32];
+    }
+    /* lane q of dim n finishes heads q, q + Q, ... */
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        if (j >= r) break;
+        if (j % Q != q) continue;
+        const float l1 = lse_part[j][0], l2 = lse_part[j][1];
+        const float m = fmaxf(l1, l2);
+        const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+        float win = 0.f;
+        if (w2 > 0.f) {
+            const float *src = ws_o + ((static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + p.int2_splits) * D + n;
+            for (int s = 0; s < p.win_splits; s++) {
+                const float w = wgt[1][j][s];
+                if (w > 0.f) win = fmaf(w, src[static_cast<i64>(s) * D], win);
             }
-            u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + (kvh * r + j) * p.o_head_stride;
-            o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
-            if (n == 0 && p.lse) {
-                const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
-                reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
-                    p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
-            }
+        }
+        u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + (kvh * r + j) * p.o_head_stride;
+        o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+        if (n == 0 && p.lse) {
+            const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+            reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
+                p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
         }
     }
 }

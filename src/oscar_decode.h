@@ -314,17 +314,19 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     r = OSCAR__CAST(unsigned, p.group_ratio);
     (void)r;
     /* prep follows the engine's work normally; the other three start early
-       (programmatic dependent launch) and wait inside for their inputs */
+       (programmatic dependent launch) and wait inside for their inputs. The
+       window kernel goes after the INT2 one: it reads only inputs, so its
+       CTAs fill the SMs the INT2 tail leaves idle and wait only to write. */
     st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), B, Hkv, 1, 256,
                           OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
-    if (st == OSCAR_OK && plan->has_window)
-        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
-                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
     if (st == OSCAR_OK && plan->int2_splits > 0)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]), OSCAR__CAST(unsigned, plan->int2_splits),
                               Hkv, B, 128, plan->smem_int2, stream, &p, 1);
+    if (st == OSCAR_OK && plan->has_window)
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
+                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
     if (st == OSCAR_OK)
-        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 128, 0, stream, &p, 1);
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 512, 0, stream, &p, 1);
     return st;
 }
 
