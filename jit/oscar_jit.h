@@ -80,6 +80,7 @@ OSCAR__PRIVATE oscar_status oscar__load_cuda(oscar_ctx *ctx) {
     OSCAR__SYM(cu, cuModuleUnload, "cuModuleUnload", 1);
     OSCAR__SYM(cu, cuModuleGetFunction, "cuModuleGetFunction", 1);
     OSCAR__SYM(cu, cuFuncSetAttribute, "cuFuncSetAttribute", 1);
+    OSCAR__SYM(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 0);
     OSCAR__SYM(cu, cuLaunchKernel, "cuLaunchKernel", 1);
     OSCAR__SYM(cu, cuLaunchKernelEx, "cuLaunchKernelEx", 0);
     OSCAR__SYM(cu, cuGetErrorName, "cuGetErrorName", 1);

@@ -113,6 +113,7 @@ typedef struct oscar__cuda_api {
     oscar__CUresult (*cuModuleUnload)(oscar__CUmodule);
     oscar__CUresult (*cuModuleGetFunction)(oscar__CUfunction *, oscar__CUmodule, const char *);
     oscar__CUresult (*cuFuncSetAttribute)(oscar__CUfunction, int, int);
+    oscar__CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, oscar__CUfunction, int, size_t);
     oscar__CUresult (*cuLaunchKernel)(oscar__CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                       unsigned, oscar_stream, void **, void **);
     oscar__CUresult (*cuLaunchKernelEx)(const oscar__CUlaunchConfig *, oscar__CUfunction, void **, void **);

@@ -75,6 +75,46 @@ OSCAR__PRIVATE void oscar__window_validate(oscar__validator *v, const oscar_wind
                         "%s.k = %p, %s.v = %p; both *must* be set, 16-byte aligned", name, w->k, name, w->v);
 }
 
+/* INT2 split count for (batch x kv heads) = base CTA rows and up to L tokens
+   per request: the count minimising  waves x (tokens per split + C), where
+   waves = ceil(CTAs / resident CTAs) with the kernel's measured occupancy
+   (cuOccupancyMaxActiveBlocksPerMultiprocessor; 4 per SM when it cannot be
+   asked) and C = 128 tokens stands for a CTA's fixed cost (q fragments,
+   pipeline fill, the combine). v1-v3 aimed at 4 CTAs per SM in all, which
+   put 32 x 32K at 768 CTAs = 1.16 waves of the 5-per-SM PACK kernel. Each
+   split keeps >= 256 tokens; at most 128 splits. */
+OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
+                                                 int64_t base, int64_t L) {
+    int64_t per_sm = 4, slots, s, cap, best = 1;
+    double best_cost = 0;
+    if (ctx->backend == OSCAR_BACKEND_CUDA && !ctx->compile_only && ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor) {
+        char name[192];
+        oscar__kernel *k = NULL;
+        int n = 0;
+        uint32_t smem = oscar__decode_int2_smem(pl->head_dim, pl->group_size, ratio);
+        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio, pl->window_dtype);
+        if (oscar__jit_get(ctx, "decode.cuh", name, &k) == OSCAR_OK) {
+            const int pushed = oscar__push_if_needed(ctx);
+            if (pushed >= 0) {
+                if (smem <= 48 * 1024 || ctx->cu.cuFuncSetAttribute(k->function, OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM,
+                                                                     OSCAR__CAST(int, smem)) == 0)
+                    if (ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, k->function, 128, smem) == 0 && n > 0)
+                        per_sm = n;
+                if (pushed) oscar__pop(ctx);
+            }
+        }
+        oscar__clear_error(ctx); /* a failed probe only falls back to 4 */
+    }
+    slots = per_sm * (ctx->num_sms > 0 ? ctx->num_sms : 132);
+    cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
+    for (s = 1; s <= cap; s++) {
+        const int64_t waves = (base * s + slots - 1) / slots;
+        const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128);
+        if (s == 1 || cost < best_cost) best = s, best_cost = cost;
+    }
+    return OSCAR__CAST(int32_t, best);
+}
+
 OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
                                          oscar_decode_plan_info *out) {
     oscar__validator v;
@@ -132,15 +172,14 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     pl.has_window = desc->window_pool != NULL;
     pl.window_page_size = pl.has_window ? win.page_size : 1;
     pl.window_dtype = pl.has_window ? OSCAR__CAST(int32_t, win.dtype) : OSCAR_DTYPE_BF16;
-    /* splits: about four CTAs per SM in all, each taking at least 256 tokens */
+    /* splits: INT2 by the wave model below; windows about four CTAs per SM in
+       all, each taking at least 256 tokens */
     base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
     target = 4 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
     max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
     pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
-                     : desc->int2_splits
-                         ? desc->int2_splits
-                         : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
-                                                                         (desc->max_int2_tokens + 255) / 256)));
+                     : desc->int2_splits ? desc->int2_splits
+                                         : oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
     pl.window_splits = !pl.has_window ? 0
                        : desc->window_splits
                            ? desc->window_splits
