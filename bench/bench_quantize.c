@@ -1,6 +1,8 @@
 /* bench/bench_quantize.c -- the write path on the GPU: bulk prefill write
    (rotate + clip + INT2 + pack of K and V) and multi-layer demotion latency.
-   Prints a table and writes bench/results/quantize.md and .json.
+   Prints a table and writes bench/results/quantize.md and .json; rows
+   "tile: ..." time every valid tile candidate (rows per warp step x warps
+   per CTA) of a case, the heuristic's choice being the case's own row.
      usage: bench_quantize [--tokens N] [--out DIR] */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
@@ -11,11 +13,41 @@
 typedef struct qarg {
     oscar_ctx *ctx;
     oscar_quantize_desc *d;
+    const oscar__quant_tile *tile; /* NULL: the heuristic's */
 } qarg;
 static void q_fn(void *arg, int rep) {
     qarg *a = (qarg *)arg;
     (void)rep;
-    BU_OK(a->ctx, oscar_quantize_kv(a->ctx, a->d, NULL));
+    BU_OK(a->ctx, oscar__quantize_kv_tiled(a->ctx, a->d, NULL, a->tile));
+}
+
+/* Times every valid tile candidate (rows per warp x warps per CTA) on one
+   case and records a row per candidate: the data for the heuristic and the
+   autotuner. */
+static void time_tiles(bu_report *rep, oscar_ctx *ctx, oscar_quantize_desc *d, const char *what, int D, int with_rot,
+                       double bytes, int warmup, int reps) {
+    int ri, wi;
+    char md[1024], js[1024];
+    for (ri = 0; ri < OSCAR__NUM_QUANT_ROWS; ri++)
+        for (wi = 0; wi < OSCAR__NUM_QUANT_WARPS; wi++) {
+            oscar__quant_tile t;
+            qarg a;
+            double us, spread, tbps;
+            t.rows_per_warp = oscar__quant_rows_candidates[ri], t.warps_per_cta = oscar__quant_warps_candidates[wi], t.ctas = 0;
+            if (!oscar__quant_tile_valid(ctx, D, t.rows_per_warp, t.warps_per_cta, with_rot)) continue;
+            a.ctx = ctx, a.d = d, a.tile = &t;
+            us = bu_time_us(q_fn, &a, warmup, reps, &spread);
+            tbps = bytes / (us * 1e-6) / 1e12;
+            printf("  tile %s: rows %2d x warps %d: %9.2f us (spread %.2f)  %.3f TB/s  %.1f%% of copy\n", what,
+                   t.rows_per_warp, t.warps_per_cta, us, spread, tbps, 100 * tbps / rep->copy_tbps);
+            snprintf(md, sizeof md, "| tile: %s | rows %d x warps %d | %.2f | %.2f | %.0f | %.3f | %.1f%% |", what,
+                     t.rows_per_warp, t.warps_per_cta, us, spread, bytes, tbps, 100 * tbps / rep->copy_tbps);
+            snprintf(js, sizeof js,
+                     "{\"case\": \"tile\", \"variant\": \"%s\", \"rows_per_warp\": %d, \"warps_per_cta\": %d, "
+                     "\"time_us\": %.3f, \"spread_us\": %.3f, \"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f}",
+                     what, t.rows_per_warp, t.warps_per_cta, us, spread, bytes, tbps, tbps / rep->copy_tbps);
+            bu_report_row(rep, md, js);
+        }
 }
 
 static void *dev_random_bf16(size_t n, uint64_t seed) {
@@ -124,7 +156,7 @@ int main(int argc, char **argv) {
             d.v_rotation = variants[v].rot_v ? rv : NULL;
             d.num_tokens = T, d.dst_slots = slots;
             d.k_clip_ratio = variants[v].ck, d.v_clip_ratio = variants[v].cv;
-            a.ctx = ctx, a.d = &d;
+            a.ctx = ctx, a.d = &d, a.tile = NULL;
             us = bu_time_us(q_fn, &a, 3, 20, &spread);
             bytes = 2.0 * (double)n * 2 + 2.0 * (double)code_bytes + 2.0 * (double)scale_bytes + 4.0 * (double)T;
             tbps = bytes / (us * 1e-6) / 1e12;
@@ -137,6 +169,7 @@ int main(int argc, char **argv) {
                      "\"time_us\": %.2f, \"spread_us\": %.2f, \"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f}",
                      variants[v].name, (long long)T, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
             bu_report_row(&rep, md, js);
+            if (v == 0 || v == 3) time_tiles(&rep, ctx, &d, v == 0 ? "prefill rotate+clip" : "prefill plain", D, v == 0, bytes, 2, 10);
             cudaFree(ck), cudaFree(cv), cudaFree(sk), cudaFree(sv);
         }
         cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(rv), cudaFree(slots);
@@ -209,7 +242,7 @@ int main(int argc, char **argv) {
             d.pool = &pool, d.num_layers = LAYERS, d.layers = layers;
             d.num_tokens = n, d.src_slots = src_slots, d.src_page_size = SRC_PAGE, d.dst_slots = dst_slots;
             d.k_clip_ratio = 0.96f, d.v_clip_ratio = 0.92f;
-            a.ctx = ctx, a.d = &d;
+            a.ctx = ctx, a.d = &d, a.tile = NULL;
             us = bu_time_us(q_fn, &a, 5, 100, &spread);
             bytes = (double)LAYERS * n * H * (2.0 * D * 2 + 2.0 * D / 4 + 2.0 * 4) + 8.0 * n;
             tbps = bytes / (us * 1e-6) / 1e12;
@@ -223,6 +256,11 @@ int main(int argc, char **argv) {
                      "\"frac_copy_bw\": %.4f}",
                      requests[ri], LAYERS, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
             bu_report_row(&rep, md, js);
+            {
+                char what[64];
+                snprintf(what, sizeof what, "demotion %d req", requests[ri]);
+                time_tiles(&rep, ctx, &d, what, D, 1, bytes, 5, 50);
+            }
             cudaFree(src_slots), cudaFree(dst_slots);
         }
         cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(codes), cudaFree(scales);

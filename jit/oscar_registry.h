@@ -50,9 +50,24 @@ OSCAR__PRIVATE void oscar__name_dequant(char *out, size_t cap, int head_dim, int
 /* Families registered by other parts of the implementation (defined later). */
 OSCAR__PRIVATE void oscar__registry_build_calib(void);
 
-OSCAR__PRIVATE void oscar__name_quantize(char *out, size_t cap, int head_dim, int group_size, oscar_dtype src) {
-    snprintf(out, cap, "oscar::quantize_kernel<%d, %d, %d>", head_dim, group_size,
-             src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+/* Quantize tile parameters (the autotuner's candidates): rows per warp step
+   (16: two lanes per row; 32: one lane per row, not for head dim 256) and
+   warps per CTA (4 or 8; head dim 256: 2 or 8, since its R alone fills
+   128 KB of shared memory). oscar__quant_tile_valid adds the device's
+   shared-memory limit. */
+static const int oscar__quant_rows_candidates[] = {16, 32};
+static const int oscar__quant_warps_candidates[] = {2, 4, 8};
+#define OSCAR__NUM_QUANT_ROWS 2
+#define OSCAR__NUM_QUANT_WARPS 3
+OSCAR__PRIVATE int oscar__quant_tile_registered(int head_dim, int rows, int warps) {
+    if (rows != 16 && rows != 32) return 0;
+    if (head_dim == 256) return rows == 16 && (warps == 2 || warps == 8);
+    return warps == 4 || warps == 8;
+}
+OSCAR__PRIVATE void oscar__name_quantize(char *out, size_t cap, int head_dim, int group_size, oscar_dtype src, int rows,
+                                         int warps) {
+    snprintf(out, cap, "oscar::quantize_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
+             src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16, rows, warps);
 }
 
 /* Decode specialises the INT2 page size for 1 (SGLang) and 16 (FlashInfer,
@@ -103,10 +118,16 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
         for (g = 0; g < 4; g++) {
             int hd = oscar__head_dims[d], gs = oscar__group_sizes[g];
             if (gs > hd) continue;
-            oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_BF16);
-            oscar__registry_add("quantize.cuh", "%s", name);
-            oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_F16);
-            oscar__registry_add("quantize.cuh", "%s", name);
+            int ri, wi;
+            for (ri = 0; ri < OSCAR__NUM_QUANT_ROWS; ri++)
+                for (wi = 0; wi < OSCAR__NUM_QUANT_WARPS; wi++) {
+                    int rows = oscar__quant_rows_candidates[ri], warps = oscar__quant_warps_candidates[wi];
+                    if (!oscar__quant_tile_registered(hd, rows, warps)) continue;
+                    oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_BF16, rows, warps);
+                    oscar__registry_add("quantize.cuh", "%s", name);
+                    oscar__name_quantize(name, sizeof name, hd, gs, OSCAR_DTYPE_F16, rows, warps);
+                    oscar__registry_add("quantize.cuh", "%s", name);
+                }
         }
     for (d = 0; d < 3; d++) {
         int hd = oscar__head_dims[d], nh, dt;

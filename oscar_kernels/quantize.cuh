@@ -19,25 +19,66 @@
                dtype -- the reference also stores the rotated row in bf16
                before quantizing;
      clip      tau = sorted(|y|)[clip_index] exactly (the reference's sort
-               threshold), found by a binary search over the 16-bit keys of
-               |y| with f16x2 SIMD compares; y = min(max(y, -tau), tau);
+               threshold): the m-th largest |y|, m = D - clip_index, found
+               by a binary search over the 16-bit keys of |y|, each probe
+               counting with 16-bit SIMD compares;
      uniform   per group: scale = max(max - min, 1e-8) / 3, zero = -min / scale,
                code = trunc(y / scale + zero + 0.5) clamped to [0, 3], with
                IEEE round-to-nearest division (no fast math);
-     lloyd-max per row: mean, var in a fixed summation order (per lane in
-               dim order, then the quad butterfly), std = sqrt(var + 1e-8),
+     lloyd-max per row: mean, var in a fixed summation order (dims
+               nt*8 + 2c + e summed per c in dim order, then (s0 + s1) +
+               (s2 + s3)), std = sqrt(var + 1e-8),
                code = [z >= -0.98107] + [z >= 0] + [z >= 0.98107],
                scale = 1.16739 std, zero = 1.5 - mean / scale.
 
+   How the codes are computed (v3). The code of a value is a monotone step
+   function of it: each f32 operation of the formula rounds monotonically,
+   so code(y) = [y >= t1] + [y >= t2] + [y >= t3], where t_k is the smallest
+   source-dtype value whose formula result reaches level k. Per group the
+   kernel finds t1..t3 exactly -- an estimate, then the exact formula
+   evaluated at the estimate and its neighbours (1-3 evaluations each) --
+   and then codes whole pairs of values with three 16-bit SIMD compares and
+   three LOP3s, instead of a division and a float->int conversion per value.
+   The clip folds into the thresholds (a threshold outside (-tau, tau]
+   becomes -inf or +inf) and into the group's min and max (clip of the min
+   = min of the clipped values), so clipped values are never formed.
+
+   Layout. A warp takes ROWS (16 or 32) rows per step; their 16-bit rows are
+   copied to the warp's shared-memory slice with cp.async. With a rotation,
+   the warp loads its A fragments (x) into registers, multiplies by R (bf16
+   in shared memory, one copy per CTA; every B fragment feeds ROWS/16
+   m-tiles) and writes the rounded y over x in the same slice. Then each
+   row goes to 32/ROWS lanes (one lane per row for ROWS = 32): the lane
+   holds its part of the row as packed 16-bit pairs in registers, and the
+   slice is refilled with the next step's rows while the lane computes.
+   A lane owns whole output bytes (byte j of the quartered packing is made
+   of columns j, j+D/4, j+D/2, j+3D/4), so it stores its codes as 8- or
+   16-byte words, and per-group work is done by one lane (two for groups
+   split between the two lanes of a row).
+
+   16-bit compares. Signed compares of bf16 values use set.bf16x2 on sm_90;
+   before sm_90 (no bf16 set) they use f16 compares of the bf16 bit
+   patterns, which order the same way while |y| < 2^121 (bf16 values that
+   large do not occur in KV caches). The clip's counts compare |y| as f16
+   patterns (one instruction per pair: abs folds into the compare) and fall
+   back to an exact integer compare for rows whose max |y| >= 2^121 (bf16).
+
    Template: HEAD_DIM (64/128/256), GROUP_SIZE (32..HEAD_DIM), SRC_DTYPE
-   (bf16/f16). Page sizes are run-time values: this kernel computes one
-   address per row, so a compile-time page size buys nothing here.
-   Grid (ctas, layers, 2 = K|V); 4 warps, each owns 16-row tiles in turn; the
-   CTA keeps its layer's R in shared memory (bf16, swizzled), the warps
-   double-buffer their x tiles with cp.async.
-   v2: per-row addresses computed once per tile, both rows' clip searches
-   interleaved, divisions by a group's scale via its reciprocal (exact).
-   v1: straightforward (0.37 TB/s prefill with clip on the H200). */
+   (bf16/f16), ROWS (rows per warp step: 16 or 32; 16 for HEAD_DIM 256),
+   WARPS (warps per CTA: 2..16; the registry compiles the candidates of
+   jit/oscar_registry.h). Registers: at most 128 per thread (16 warps per SM)
+   except for HEAD_DIM 256, whose 128 KB R allows one CTA per SM anyway.
+   Page sizes are run-time values: the kernel computes one address per row.
+   Grid (ctas, layers, 2 = K|V).
+
+   Known difference from the reference: when a group's min or max is a zero
+   and zeros of both signs occur (or the clip threshold is 0), the sign of
+   that zero in the stored min / zero point can differ from the reference's
+   (whose fminf keeps the first zero in dim order); codes are unaffected.
+   v3: thresholds instead of per-value divisions, one lane per row, B
+   fragments shared by 2 m-tiles, slot ids loaded two steps ahead.
+   v2 (1128 us for 128K tokens x 8 heads, rotate + clip, H200): quad per row,
+   per-value divisions. v1: 0.37 TB/s. */
 #ifndef OSCAR_K_QUANTIZE_CUH
 #define OSCAR_K_QUANTIZE_CUH
 
@@ -46,38 +87,124 @@
 namespace oscar {
 namespace detail {
 
-constexpr int QUANT_WARPS = 4;
 constexpr float LM_THRESHOLD = 0.9810652732849121f;
 constexpr float LM_SCALE = 1.1673919518788656f; /* (2 * 1.5095585584640503 / 3) * 1.16 */
 
+/* Row swizzle of the 16-byte chunks of a [rows][D] 16-bit slice. Any 8
+   consecutive rows get 8 different chunk positions (ldmatrix, the Y stores
+   and one-lane-per-row reads are conflict-free), and for two lanes per row
+   the 4 rows of a quarter warp x 2 lane halves, whose chunks differ in bit
+   (JW/8) -- 1 for D 64, 2 for D 128, 4 for D 256 -- also land on 8 different
+   positions. */
 template <int D>
-struct quant_traits {
-    static constexpr int NT = D / 8;               /* 8-column n-tiles per row */
-    static constexpr int KS = D / 16;              /* 16-deep k-steps */
-    static constexpr int Q4 = D / 4;               /* code bytes per row */
-    static constexpr int CHUNKS = D / 8;           /* 16-byte chunks per 16-bit row */
-    static constexpr int STAGES = D >= 256 ? 1 : 2;
-    static constexpr int TILE_BYTES = 16 * D * 2;  /* one warp's 16-row tile */
+__device__ __forceinline__ u32 q_rowswz(int row) {
+    if constexpr (D == 64)
+        return static_cast<u32>(((row & 3) << 1) | ((row >> 2) & 1));
+    else if constexpr (D == 128)
+        return static_cast<u32>((row & 1) | ((row & 2) << 1) | ((row & 4) >> 1));
+    else
+        return static_cast<u32>(row & 7);
+}
+template <int D>
+__device__ __forceinline__ u32 qswz(int row, int chunk) {
+    return static_cast<u32>(row * (D * 2)) + ((static_cast<u32>(chunk) ^ q_rowswz<D>(row)) << 4);
+}
+
+/* ---- 16-bit SIMD on pairs of source values -------------------------------- */
+template <int DT>
+struct qsimd {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    static constexpr bool NATIVE = true;
+#else
+    static constexpr bool NATIVE = DT == OSCAR_K_DTYPE_F16;
+#endif
+    static constexpr bool BF16 = DT != OSCAR_K_DTYPE_F16;
+    /* +-infinity in the compare domain (bf16 compares, or f16 ones) */
+    static constexpr u32 POS_INF = BF16 && NATIVE ? 0x7F80u : 0x7C00u;
+    static constexpr u32 NEG_INF = POS_INF | 0x8000u;
+    /* +infinity as a value of the dtype (min/max) */
+    static constexpr u32 VAL_INF = BF16 ? 0x7F80u : 0x7C00u;
+
+    /* per half 0xFFFF where a >= b, else 0 */
+    static __device__ __forceinline__ u32 ge_mask(u32 a, u32 b) {
+        u32 d;
+        if constexpr (BF16 && NATIVE)
+            asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        else
+            asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    static __device__ __forceinline__ u32 min2(u32 a, u32 b) {
+        u32 d;
+        if constexpr (BF16)
+            asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        else
+            asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    static __device__ __forceinline__ u32 max2(u32 a, u32 b) {
+        u32 d;
+        if constexpr (BF16)
+            asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        else
+            asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    /* f32 pair -> packed source dtype, round to nearest even (hi in bits 31:16) */
+    static __device__ __forceinline__ u32 pack_rn(float hi, float lo) {
+        u32 d;
+        if constexpr (BF16)
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+        else
+            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+        return d;
+    }
+    static __device__ __forceinline__ float lo_f32(u32 w) {
+        if constexpr (BF16) return __uint_as_float(w << 16);
+        else return f16_to_f32(static_cast<u16>(w & 0xffffu));
+    }
+    static __device__ __forceinline__ float hi_f32(u32 w) {
+        if constexpr (BF16) return __uint_as_float(w & 0xffff0000u);
+        else return f16_to_f32(static_cast<u16>(w >> 16));
+    }
 };
 
-/* Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] 16-bit
-   tile: XOR-swizzled so that ldmatrix's 8 rows hit 8 different banks. */
-template <int D>
-__device__ __forceinline__ u32 swz(int row, int chunk) {
-    return static_cast<u32>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+/* Per half f16 1.0 where |a| >= b as f16 numbers, else 0. One asm block:
+   the abs is loop-invariant in the clip search, and hoisting it would keep a
+   second copy of the row in registers; inside the block it folds into the
+   compare as an operand modifier. */
+__device__ __forceinline__ u32 q_absge_f16(u32 a, u32 b) {
+    u32 d;
+    asm("{\n\t.reg .b32 t;\n\tabs.f16x2 t, %1;\n\tset.ge.f16x2.f16x2 %0, t, %2;\n\t}" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+/* acc + per half [|a| >= key] (bits 0 and 16), kk = key | key << 16, key < 2^15:
+   (a | 0x8000) - key per half has bit 15 set iff |a| >= key, with no borrow
+   across halves. One volatile block, for the same reason as above. */
+__device__ __forceinline__ u32 q_absge_int(u32 acc, u32 a, u32 kk) {
+    u32 d;
+    asm volatile("{\n\t.reg .b32 t;\n\tor.b32 t, %1, 0x80008000;\n\tsub.u32 t, t, %2;\n\tshr.u32 t, t, 15;\n\t"
+                 "and.b32 t, t, 0x00010001;\n\tadd.u32 %0, %3, t;\n\t}"
+                 : "=r"(d)
+                 : "r"(a), "r"(kk), "r"(acc));
+    return d;
+}
+/* an opaque copy: keeps the compiler from holding values derived from the
+   row across passes (it would rather keep 128 floats than recompute them) */
+__device__ __forceinline__ u32 q_opaque(u32 a) {
+    u32 d;
+    asm volatile("mov.b32 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
+}
+__device__ __forceinline__ u32 q_hadd2(u32 a, u32 b) {
+    u32 d;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
 }
 
-template <int SRC_DTYPE>
-__device__ __forceinline__ float round_to_src(float x) {
-    return to_f32<SRC_DTYPE>(from_f32(x, SRC_DTYPE));
-}
-
-/* The 16-bit key of |x| (x already representable in the source dtype). Keys
-   of either dtype compare correctly as f16 numbers below 0x7C00. */
-template <int SRC_DTYPE>
-__device__ __forceinline__ u32 abs_key(float x) {
-    return static_cast<u32>(from_f32(fabsf(x), SRC_DTYPE));
-}
+/* 16-bit sign-magnitude pattern <-> unsigned index in value order */
+__device__ __forceinline__ u32 q_ord(u32 pat) { return pat ^ ((pat & 0x8000u) ? 0xffffu : 0x8000u); }
+__device__ __forceinline__ u32 q_unord(u32 o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
 
 /* x / d rounded to nearest, from inv = RN(1/d): one product and one
    residual correction (Markstein). Correctly rounded for normal operands
@@ -89,18 +216,115 @@ __device__ __forceinline__ float div_rn_by(float x, float d, float inv) {
     return __fmaf_rn(r, inv, y0);
 }
 
+/* The formula of the codes for one group, evaluated at a value. */
+struct q_formula {
+    float a, b, inv; /* uniform: scale, zero; lloyd-max: sd, mean */
+    bool lloyd_max;
+    /* uniform: (v / scale + zero) + 0.5 (>= k: code >= k);
+       lloyd-max: (v - mean) / sd (>= level threshold) */
+    __device__ __forceinline__ float eval(float v) const {
+        if (lloyd_max) return div_rn_by(__fsub_rn(v, b), a, inv);
+        return __fadd_rn(__fadd_rn(div_rn_by(v, a, inv), b), 0.5f);
+    }
+};
+
+/* The smallest value t of the dtype in [lo, hi] (ordered indices olo..ohi)
+   with f.eval(t) >= level, as a packed compare word (t, t); -inf when it is
+   lo itself (every value of the group, clipped or not, reaches the level),
+   +inf when no value in [lo, hi] does. eval is monotone in the value, so a
+   search from the estimate finds the boundary: the estimate is within an
+   ulp or two (f32 errors are far below one 16-bit ulp), so the common case
+   is two evaluations (the estimate and its lower neighbour); steps double
+   away from it (near zero, where ulps shrink, the boundary can be thousands
+   of ulps off) and a bisection finishes. */
+template <int DT>
+__device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 olo, u32 ohi) {
+    using S = qsimd<DT>;
+    auto reaches = [&](u32 o) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
+    u32 o = q_ord(from_f32(est, DT));
+    o = min(max(o, olo), ohi);
+    u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
+    if (reaches(o)) {
+        hi = o, lo = olo - 1u;
+        for (u32 step = 1u; hi > olo;) {
+            const u32 cand = hi - olo > step ? hi - step : olo;
+            if (!reaches(cand)) {
+                lo = cand;
+                break;
+            }
+            hi = cand, step += step;
+        }
+    } else {
+        lo = o, hi = ohi + 1u;
+        for (u32 step = 1u; lo < ohi;) {
+            const u32 cand = ohi - lo > step ? lo + step : ohi;
+            if (reaches(cand)) {
+                hi = cand;
+                break;
+            }
+            lo = cand, step += step;
+        }
+    }
+    while (hi - lo > 1u) {
+        const u32 mid = lo + ((hi - lo) >> 1);
+        if (reaches(mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    const u32 t = hi == olo ? S::NEG_INF : hi > ohi ? S::POS_INF : q_unord(hi);
+    return t | (t << 16);
+}
+
+constexpr int Q_SLOT_RING = 3 * 32 * 16; /* per warp: 3 steps x 32 lanes x (src, dst slot) */
+
+/* 4- or 8-byte global -> shared copy (slot ids) */
+__device__ __forceinline__ void q_cp_async_small(u32 dst, const void *src, int bytes) {
+    if (bytes == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ i64 q_slot_entry(const u8 *e, int dtype) {
+    return dtype == OSCAR_K_DTYPE_I64 ? *reinterpret_cast<const i64 *>(e)
+                                      : static_cast<i64>(*reinterpret_cast<const i32 *>(e));
+}
+
+/* page and offset of a slot; 32-bit division where the slot fits */
+__device__ __forceinline__ void q_split_slot(i64 slot, int page_size, i64 &page, i64 &off) {
+    if (page_size == 1) {
+        page = slot, off = 0;
+    } else if (slot <= 0x7fffffffLL) {
+        const u32 s = static_cast<u32>(slot), ps = static_cast<u32>(page_size), pg = s / ps;
+        page = pg, off = s - pg * ps;
+    } else {
+        page = slot / page_size, off = slot - page * page_size;
+    }
+}
+
 }  // namespace detail
 
-template <int HEAD_DIM, int GROUP_SIZE, int SRC_DTYPE>
-__global__ void __launch_bounds__(128) quantize_kernel(const __grid_constant__ oscar_quantize_params p) {
+template <int HEAD_DIM, int GROUP_SIZE, int SRC_DTYPE, int ROWS, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 : 16 / WARPS) quantize_kernel(const __grid_constant__ oscar_quantize_params p) {
     using namespace detail;
-    using TR = quant_traits<HEAD_DIM>;
-    constexpr int D = HEAD_DIM, NT = TR::NT, KS = TR::KS, Q4 = TR::Q4, CHUNKS = TR::CHUNKS, STAGES = TR::STAGES;
-    constexpr int G = D / GROUP_SIZE, NT_PER_GROUP = GROUP_SIZE / 8;
+    using S = qsimd<SRC_DTYPE>;
+    constexpr int D = HEAD_DIM, GS = GROUP_SIZE;
+    constexpr int LPR = 32 / ROWS;             /* lanes per row */
+    constexpr int E = D / LPR;                 /* values per lane */
+    constexpr int Q4 = D / 4;                  /* code bytes per row */
+    constexpr int JW = Q4 / LPR;               /* code bytes per lane */
+    constexpr int JP = JW / 2;                 /* pair words per quarter per lane */
+    constexpr int CHUNKS = D / 8, MT = ROWS / 16, KS = D / 16, NT = D / 8;
+    constexpr int STEP_BYTES = ROWS * D * 2;
+    constexpr bool EXCL = GS <= JW;            /* each group lies in one lane */
+    constexpr int LG = EXCL ? E / GS : D / GS; /* groups a lane touches */
     constexpr int MANT_BITS = SRC_DTYPE == OSCAR_K_DTYPE_F16 ? 10 : 7;
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
-    static_assert(D % GROUP_SIZE == 0 && GROUP_SIZE >= 32, "group size");
-    static_assert((16 * CHUNKS) % 32 == 0, "tile chunks per lane");
+    static_assert(D % GS == 0 && GS >= 32, "group size");
+    static_assert((ROWS == 16 || ROWS == 32) && E <= 128, "rows per warp step (16 for head dim 256)");
+    static_assert(WARPS == 2 || WARPS == 4 || WARPS == 8 || WARPS == 16, "warps per CTA");
+    static_assert(EXCL || LG <= 4, "a lane sees every group once per quarter");
+    static_assert((ROWS * CHUNKS) % 32 == 0 && JW % 8 == 0, "copy and store granularity");
 
     extern __shared__ __align__(16) u8 smem[];
     const int layer = blockIdx.y, side = blockIdx.z;
@@ -110,22 +334,99 @@ __global__ void __launch_bounds__(128) quantize_kernel(const __grid_constant__ o
     u8 *codes_base = reinterpret_cast<u8 *>(side ? L.v_codes : L.k_codes);
     u8 *scales_base = reinterpret_cast<u8 *>(side ? L.v_scales : L.k_scales);
     const int clip_index = side ? p.v_clip_index : p.k_clip_index;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int my_row = lane / LPR, h = lane % LPR;
     const int H = p.pool.num_kv_heads;
-    u8 *xsm = smem + warp * STAGES * TR::TILE_BYTES;
-    u8 *rsm = smem + QUANT_WARPS * STAGES * TR::TILE_BYTES;
+    u8 *slot_area = smem + warp * Q_SLOT_RING;
+    u8 *buf = smem + WARPS * Q_SLOT_RING + warp * STEP_BYTES;
+    u8 *rsm = smem + WARPS * (Q_SLOT_RING + STEP_BYTES);
+    const u32 buf_s = smem_addr(buf), slot_s = smem_addr(slot_area);
 
-    /* R (f32, global) -> bf16/f16 in shared memory, once per CTA; eight
-       chunks' loads are issued before any is used, so their latencies overlap
-       (a demotion launch is mostly this load) */
+    const i64 rows = p.num_tokens * H;
+    const i64 steps = (rows + ROWS - 1) / ROWS;
+    const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
+    const i64 num_slots = static_cast<i64>(p.pool.num_pages) * p.pool.page_size;
+    const int slot_bytes = p.slot_dtype == OSCAR_K_DTYPE_I64 ? 8 : 4;
+
+    /* ---- per-row slot ids: copied to this lane's entry of a 3-deep ring in
+       shared memory with cp.async two steps ahead (no registers held, no
+       wait), read back to compute the source address one step ahead and the
+       destination addresses when the codes are stored */
+    auto row_of = [&](i64 st, int &head, i64 &tok) {
+        const i64 row = st * ROWS + my_row;
+        if (st >= steps || row >= rows) return false;
+        const u32 r32 = static_cast<u32>(row), tok32 = r32 / static_cast<u32>(H); /* rows < 2^31: validated */
+        tok = tok32;
+        head = static_cast<int>(r32 - tok32 * static_cast<u32>(H));
+        return true;
+    };
+    auto fetch_slots = [&](i64 st, int ring) {
+        int head;
+        i64 tok;
+        if (row_of(st, head, tok)) {
+            const u32 e = slot_s + static_cast<u32>((ring * 32 + lane) * 16);
+            if (p.src_slots) q_cp_async_small(e, reinterpret_cast<const u8 *>(p.src_slots) + tok * slot_bytes, slot_bytes);
+            q_cp_async_small(e + 8, reinterpret_cast<const u8 *>(p.dst_slots) + tok * slot_bytes, slot_bytes);
+        }
+    };
+    /* src_off in elements (-1: no source row); code_off, scale_off in bytes (-1: skip) */
+    auto src_off_of = [&](i64 st, int ring) {
+        int head;
+        i64 tok;
+        if (!row_of(st, head, tok)) return static_cast<i64>(-1);
+        const i64 sslot = p.src_slots ? q_slot_entry(slot_area + (ring * 32 + lane) * 16, p.slot_dtype) : tok;
+        if (sslot < 0) return static_cast<i64>(-1);
+        i64 page, off;
+        q_split_slot(sslot, p.src_page_size, page, off);
+        return page * p.src_page_stride + off * p.src_token_stride + head * p.src_head_stride;
+    };
+    auto dst_offs_of = [&](i64 st, int ring, i64 &code_off, i64 &scale_off) {
+        int head;
+        i64 tok;
+        code_off = scale_off = -1;
+        if (!row_of(st, head, tok)) return;
+        const u8 *e = slot_area + (ring * 32 + lane) * 16;
+        const i64 sslot = p.src_slots ? q_slot_entry(e, p.slot_dtype) : tok;
+        const i64 dslot = q_slot_entry(e + 8, p.slot_dtype);
+        if (sslot < 0 || dslot < 0 || dslot >= num_slots) return;
+        i64 page, off;
+        q_split_slot(dslot, p.pool.page_size, page, off);
+        code_off = page * p.pool.codes_page_stride + off * p.pool.codes_token_stride +
+                   static_cast<i64>(head) * p.pool.codes_head_stride;
+        scale_off = page * p.pool.scales_page_stride + off * p.pool.scales_token_stride +
+                    static_cast<i64>(head) * p.pool.scales_head_stride;
+    };
+    /* one warp's ROWS source rows -> its slice (zeros where there is none) */
+    auto issue = [&](i64 my_src_off) {
+        const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane))); /* see q_opaque: no hoisting */
+#pragma unroll
+        for (int k = 0; k < ROWS * CHUNKS / 32; k++) {
+            const int j = ln + 32 * k, r = j / CHUNKS, ch = j % CHUNKS;
+            const i64 off = __shfl_sync(0xffffffffu, my_src_off, r * LPR);
+            cp_async16(buf_s + qswz<D>(r, ch), off >= 0 ? static_cast<const void *>(src + off + ch * 8) : src,
+                       off >= 0 ? 16 : 0);
+        }
+    };
+
+    i64 step = static_cast<i64>(blockIdx.x) * WARPS + warp;
+    fetch_slots(step, 0);
+    fetch_slots(step + stride, 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    if (step < steps) issue(src_off_of(step, 0));
+    cp_async_commit();
+
+    /* R (f32, global) -> bf16/f16 in shared memory, once per CTA, after the
+       first rows are on their way; eight chunks' loads are issued before any
+       is used, so their latencies overlap (a demotion launch is mostly this) */
     if (rot) {
         const float *R = reinterpret_cast<const float *>(rot);
         constexpr int ITEMS = D * CHUNKS, PER = 8;
-        for (int base = threadIdx.x; base < ITEMS; base += PER * QUANT_WARPS * 32) {
+        for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
             float4 a[PER], bq[PER];
 #pragma unroll
             for (int u = 0; u < PER; u++) {
-                const int i = base + u * QUANT_WARPS * 32;
+                const int i = base + u * WARPS * 32;
                 if (i < ITEMS) {
                     const float4 *src4 = reinterpret_cast<const float4 *>(R + static_cast<i64>(i / CHUNKS) * D + (i % CHUNKS) * 8);
                     a[u] = src4[0];
@@ -134,294 +435,329 @@ __global__ void __launch_bounds__(128) quantize_kernel(const __grid_constant__ o
             }
 #pragma unroll
             for (int u = 0; u < PER; u++) {
-                const int i = base + u * QUANT_WARPS * 32;
+                const int i = base + u * WARPS * 32;
                 if (i < ITEMS) {
                     uint4 v;
-                    v.x = pack_half2(from_f32(a[u].x, SRC_DTYPE), from_f32(a[u].y, SRC_DTYPE));
-                    v.y = pack_half2(from_f32(a[u].z, SRC_DTYPE), from_f32(a[u].w, SRC_DTYPE));
-                    v.z = pack_half2(from_f32(bq[u].x, SRC_DTYPE), from_f32(bq[u].y, SRC_DTYPE));
-                    v.w = pack_half2(from_f32(bq[u].z, SRC_DTYPE), from_f32(bq[u].w, SRC_DTYPE));
-                    *reinterpret_cast<uint4 *>(rsm + swz<D>(i / CHUNKS, i % CHUNKS)) = v;
+                    v.x = S::pack_rn(a[u].y, a[u].x);
+                    v.y = S::pack_rn(a[u].w, a[u].z);
+                    v.z = S::pack_rn(bq[u].y, bq[u].x);
+                    v.w = S::pack_rn(bq[u].w, bq[u].z);
+                    *reinterpret_cast<uint4 *>(rsm + qswz<D>(i / CHUNKS, i % CHUNKS)) = v;
                 }
             }
         }
     }
     __syncthreads();
 
-    const i64 rows = p.num_tokens * H;
-    const i64 tiles = (rows + 15) / 16;
-    const i64 step = static_cast<i64>(gridDim.x) * QUANT_WARPS;
-
-    /* Per-row addresses of one 16-row tile, computed once by lanes 0..15 and
-       handed to the other lanes by shuffles (no 64-bit divisions per chunk):
-       src_off in elements (-1: no source row), dst offsets in bytes (-1: skip). */
-    struct row_meta {
-        i64 src_off, code_off, scale_off;
-    };
-    auto meta_for = [&](i64 tile) {
-        row_meta m;
-        m.src_off = m.code_off = m.scale_off = -1;
-        const i64 row = tile * 16 + (lane & 15);
-        if (row < rows) {
-            const u32 r32 = static_cast<u32>(row), tok32 = r32 / static_cast<u32>(H); /* rows < 2^31: validated */
-            const i64 tok = tok32;
-            const int head = static_cast<int>(r32 - tok32 * static_cast<u32>(H));
-            const i64 sslot = p.src_slots ? load_slot(p.src_slots, tok, p.slot_dtype) : tok;
-            if (sslot >= 0) {
-                const i64 page = sslot / p.src_page_size, off = sslot - page * p.src_page_size;
-                m.src_off = page * p.src_page_stride + off * p.src_token_stride + head * p.src_head_stride;
-            }
-            const i64 dslot = load_slot(p.dst_slots, tok, p.slot_dtype);
-            if (dslot >= 0 && dslot < static_cast<i64>(p.pool.num_pages) * p.pool.page_size) {
-                const i64 page = dslot / p.pool.page_size, off = dslot - page * p.pool.page_size;
-                m.code_off = page * p.pool.codes_page_stride + off * p.pool.codes_token_stride +
-                             static_cast<i64>(head) * p.pool.codes_head_stride;
-                m.scale_off = page * p.pool.scales_page_stride + off * p.pool.scales_token_stride +
-                              static_cast<i64>(head) * p.pool.scales_head_stride;
-            }
-        }
-        return m;
-    };
-
-    /* one warp's 16 source rows -> shared memory (zeros where there is none) */
-    auto issue = [&](const row_meta &m, int stage) {
-        const u32 base = smem_addr(xsm + stage * TR::TILE_BYTES);
-#pragma unroll
-        for (int k = 0; k < 16 * CHUNKS / 32; k++) {
-            const int j = lane + 32 * k, r = j / CHUNKS, ch = j % CHUNKS;
-            const i64 off = __shfl_sync(0xffffffffu, m.src_off, r);
-            cp_async16(base + swz<D>(r, ch), off >= 0 ? static_cast<const void *>(src + off + ch * 8) : src,
-                       off >= 0 ? 16 : 0);
-        }
-        cp_async_commit();
-    };
-
-    i64 tile = static_cast<i64>(blockIdx.x) * QUANT_WARPS + warp;
-    int stage = 0;
-    row_meta meta = meta_for(tile);
-    if (tile < tiles) issue(meta, 0);
-    for (; tile < tiles; tile += step) {
-        const row_meta cur = meta;
-        if constexpr (STAGES == 2) {
-            if (tile + step < tiles) {
-                meta = meta_for(tile + step);
-                issue(meta, stage ^ 1);
-            } else {
-                cp_async_commit();
-            }
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+    for (int ring = 0; step < steps; step += stride, ring = ring == 2 ? 0 : ring + 1) {
+        cp_async_wait<0>();
         __syncwarp();
-        const u8 *xt = xsm + stage * TR::TILE_BYTES;
 
-        /* acc[nt][0,1]: row g, cols nt*8 + 2c + {0,1}; acc[nt][2,3]: row g + 8 */
-        float acc[NT][4];
+        /* ---- rotation: y = x @ R over the slice, y rounded to the source
+           dtype and written over x (A fragments are in registers first) */
         if (rot) {
+            /* Lane-dependent addresses are formed here from an opaque copy of
+               the lane id: step-invariant, they would otherwise be hoisted out
+               of the step loop and held (spilled) through the whole kernel.
+               ldmatrix row rr = (mi & 1) * 8 + mr, chunk 2i + (mi >> 1): the
+               swizzle only touches the chunk's low 3 bits, so 4 offsets (i % 4)
+               plus immediates give every A and B address. */
+            const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane)));
+            const int mi = ln >> 3, mr = ln & 7, rr = (mi & 1) * 8 + mr;
+            u32 o4[4];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-            const int mi = lane >> 3, mr = lane & 7;
+            for (int i = 0; i < 4; i++)
+                o4[i] = static_cast<u32>(rr * D * 2) + (((static_cast<u32>(2 * i + (mi >> 1))) ^ q_rowswz<D>(mr)) << 4);
+            const u32 rsm_s = smem_addr(rsm);
+            u32 af[MT][KS][4];
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                u32 a0, a1, a2, a3;
-                ldmatrix_x4(smem_addr(xt) + swz<D>((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)), a0, a1, a2, a3);
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int np = 0; np < NT / 2; np++) {
+                for (int ks = 0; ks < KS; ks++)
+                    ldmatrix_x4(buf_s + o4[ks & 3] + mt * 16 * D * 2 + ((ks >> 2) << 7), af[mt][ks][0], af[mt][ks][1],
+                                af[mt][ks][2], af[mt][ks][3]);
+            __syncwarp();
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                float acc[MT][2][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
                     u32 b0, b1, b2, b3;
-                    ldmatrix_x4_trans(smem_addr(rsm) + swz<D>(ks * 16 + (mi & 1) * 8 + mr, 2 * np + (mi >> 1)), b0, b1,
-                                      b2, b3);
-                    mma_16816<SRC_DTYPE>(acc[2 * np], a0, a1, a2, a3, b0, b1);
-                    mma_16816<SRC_DTYPE>(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+                    ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_16816<SRC_DTYPE>(acc[mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b0,
+                                             b1);
+                        mma_16816<SRC_DTYPE>(acc[mt][1], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b2,
+                                             b3);
+                    }
                 }
+                /* acc[..][0,1]: row g, cols n*8 + 2c + {0,1}; acc[..][2,3]: row g + 8
+                   (rows g and g + 8 share the swizzle: it reads row & 7) */
+                const int g = ln >> 2, c = ln & 3;
+                u8 *yrow = buf + g * D * 2 + 4 * c;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int n = 2 * np + j;
+                        u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
+                        *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[mt][j][1], acc[mt][j][0]);
+                        *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[mt][j][3], acc[mt][j][2]);
+                    }
             }
+            __syncwarp();
+        }
+
+        /* ---- this lane's part of its row: w[q][jp] holds columns
+           q*Q4 + h*JW + 2jp (low half) and + 1 (high half) */
+        u32 w[4][JP];
+        {
+            const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane)));
+            const int r = ln / LPR, hh = ln % LPR;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int q = 0; q < 4; q++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[nt][i] = round_to_src<SRC_DTYPE>(acc[nt][i]);
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const u32 w0 = *reinterpret_cast<const u32 *>(xt + swz<D>(g, nt) + 4 * c);
-                const u32 w1 = *reinterpret_cast<const u32 *>(xt + swz<D>(g + 8, nt) + 4 * c);
-                acc[nt][0] = to_f32<SRC_DTYPE>(static_cast<u16>(w0 & 0xffffu));
-                acc[nt][1] = to_f32<SRC_DTYPE>(static_cast<u16>(w0 >> 16));
-                acc[nt][2] = to_f32<SRC_DTYPE>(static_cast<u16>(w1 & 0xffffu));
-                acc[nt][3] = to_f32<SRC_DTYPE>(static_cast<u16>(w1 >> 16));
+            for (int cc = 0; cc < JW / 8; cc++) {
+                const uint4 v = *reinterpret_cast<const uint4 *>(buf + qswz<D>(r, (q * Q4 + hh * JW) / 8 + cc));
+                w[q][4 * cc + 0] = v.x, w[q][4 * cc + 1] = v.y, w[q][4 * cc + 2] = v.z, w[q][4 * cc + 3] = v.w;
             }
         }
-        __syncwarp(); /* the x tile may now be refilled */
+        __syncwarp(); /* the slice may now be refilled */
+        {
+            /* refill: rows of the next step, slot ids of the one after */
+            const i64 next = step + stride;
+            const int ring1 = ring == 2 ? 0 : ring + 1, ring2 = ring1 == 2 ? 0 : ring1 + 1;
+            if (next < steps) issue(src_off_of(next, ring1));
+            fetch_slots(next + stride, ring2);
+            cp_async_commit();
+        }
 
-        /* ---- clip both rows of this lane together (two independent chains):
-           tau = sorted(|v|)[clip_index] = the m-th largest |v|, i.e. the
-           largest key K with count(|v| >= K) >= m (count(>= 0) = D >= m).
-           The first probe is max/4 (two exponents down), which usually holds. */
+        /* ---- min and max of each group the lane touches */
+        float g_mn[LG], g_mx[LG];
+        {
+            u32 mn2[LG], mx2[LG];
+#pragma unroll
+            for (int lg = 0; lg < LG; lg++) mn2[lg] = S::VAL_INF | (S::VAL_INF << 16), mx2[lg] = mn2[lg] | 0x80008000u;
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int jp = 0; jp < JP; jp++) {
+                    const int lg = EXCL ? q * (JW / GS) + (2 * jp) / GS : (q * Q4) / GS;
+                    mn2[lg] = S::min2(mn2[lg], w[q][jp]);
+                    mx2[lg] = S::max2(mx2[lg], w[q][jp]);
+                }
+#pragma unroll
+            for (int lg = 0; lg < LG; lg++) {
+                g_mn[lg] = fminf(S::lo_f32(mn2[lg]), S::hi_f32(mn2[lg]));
+                g_mx[lg] = fmaxf(S::lo_f32(mx2[lg]), S::hi_f32(mx2[lg]));
+                if constexpr (LPR == 2 && !EXCL) {
+                    g_mn[lg] = fminf(g_mn[lg], __shfl_xor_sync(0xffffffffu, g_mn[lg], 1));
+                    g_mx[lg] = fmaxf(g_mx[lg], __shfl_xor_sync(0xffffffffu, g_mx[lg], 1));
+                }
+            }
+        }
+
+        /* ---- clip: tau = the m-th largest |y| = the largest key K with
+           count(|y| >= K) >= m (count(>= 0) = D >= m). The first probe is
+           max/4 (two binades down), which usually holds. */
+        float tau = __uint_as_float(0x7f800000u);
         if (clip_index >= 0) {
-            const float m = static_cast<float>(D - clip_index);
-            u32 kp[2][NT];
-            u32 lo[2] = {0u, 0u}, hi[2];
+            float amax = 0.f;
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                u32 kmax = 0;
+            for (int lg = 0; lg < LG; lg++) amax = fmaxf(amax, fmaxf(g_mx[lg], -g_mn[lg]));
+            if constexpr (LPR == 2 && EXCL) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            const float need = static_cast<float>(D - clip_index);
+            const u32 kmax = static_cast<u32>(from_f32(amax, SRC_DTYPE));
+            /* bf16 keys >= 0x7C00 (|y| >= 2^121) are not f16 numbers: count them
+               with integer compares (exact, slower; never in real caches) */
+            const bool exact_int = S::BF16 && __any_sync(0xffffffffu, kmax >= 0x7c00u);
+            auto count_ge = [&](u32 key) {
+                const u32 kk = key | (key << 16);
+                float cnt;
+                if (!exact_int) {
+                    u32 a[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const u32 k0 = abs_key<SRC_DTYPE>(acc[nt][2 * hh]), k1 = abs_key<SRC_DTYPE>(acc[nt][2 * hh + 1]);
-                    kp[hh][nt] = k0 | (k1 << 16);
-                    kmax = max(kmax, max(k0, k1));
+                    for (int q = 0; q < 4; q++)
+#pragma unroll
+                        for (int jp = 0; jp < JP; jp++) a[jp & 3] = q_hadd2(a[jp & 3], q_absge_f16(w[q][jp], kk));
+                    const u32 s = q_hadd2(q_hadd2(a[0], a[1]), q_hadd2(a[2], a[3]));
+                    cnt = f16_to_f32(static_cast<u16>(s & 0xffffu)) + f16_to_f32(static_cast<u16>(s >> 16));
+                } else {
+                    u32 a = 0u;
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+#pragma unroll
+                        for (int jp = 0; jp < JP; jp++) a = q_absge_int(a, w[q][jp], kk);
+                    cnt = static_cast<float>((a & 0xffffu) + (a >> 16));
                 }
-                kmax = max(kmax, __shfl_xor_sync(0xffffffffu, kmax, 1));
-                hi[hh] = max(kmax, __shfl_xor_sync(0xffffffffu, kmax, 2));
-            }
-            /* counts of both rows in one f16x2 word: (row 0, row 1), summed over the quad */
-            auto count_ge = [&](u32 key0, u32 key1, float &c0, float &c1) {
-                u32 a0 = 0, a1 = 0;
-                const u32 k0 = key0 | (key0 << 16), k1 = key1 | (key1 << 16);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    a0 = hadd2(a0, hset2_ge(kp[0][nt], k0));
-                    a1 = hadd2(a1, hset2_ge(kp[1][nt], k1));
-                }
-                /* (even, odd) halves -> (row 0 total, row 1 total) */
-                u32 both = hadd2(__byte_perm(a0, a1, 0x5410), __byte_perm(a0, a1, 0x7632));
-                both = hadd2(both, __shfl_xor_sync(0xffffffffu, both, 1));
-                both = hadd2(both, __shfl_xor_sync(0xffffffffu, both, 2));
-                c0 = f16_to_f32(static_cast<u16>(both & 0xffffu));
-                c1 = f16_to_f32(static_cast<u16>(both >> 16));
+                if constexpr (LPR == 2) cnt += __shfl_xor_sync(0xffffffffu, cnt, 1);
+                return cnt;
             };
+            u32 lo = 0u, hi = kmax;
             {
-                u32 probe[2];
-                float c[2];
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    probe[hh] = hi[hh] > (2u << MANT_BITS) ? hi[hh] - (2u << MANT_BITS) : 0u;
-                count_ge(probe[0], probe[1], c[0], c[1]);
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    if (c[hh] >= m)
-                        lo[hh] = probe[hh];
+                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                if (count_ge(probe) >= need)
+                    lo = probe;
+                else
+                    hi = probe - 1u;
+            }
+            while (__any_sync(0xffffffffu, lo < hi)) {
+                const u32 mid = (lo + hi + 1u) >> 1;
+                const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
+                if (lo < hi) {
+                    if (cnt >= need)
+                        lo = mid;
                     else
-                        hi[hh] = probe[hh] - 1u;
+                        hi = mid - 1u;
                 }
             }
-            while (__any_sync(0xffffffffu, lo[0] < hi[0] || lo[1] < hi[1])) {
-                u32 mid[2];
-                float c[2];
+            tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo));
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) mid[hh] = (lo[hh] + hi[hh] + 1u) >> 1;
-                count_ge(mid[0], mid[1], c[0], c[1]); /* every lane takes part in the shuffles */
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    if (lo[hh] < hi[hh]) {
-                        if (c[hh] >= m)
-                            lo[hh] = mid[hh];
-                        else
-                            hi[hh] = mid[hh] - 1u;
-                    }
-                }
-            }
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const float tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo[hh]));
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    acc[nt][2 * hh] = fminf(fmaxf(acc[nt][2 * hh], -tau), tau);
-                    acc[nt][2 * hh + 1] = fminf(fmaxf(acc[nt][2 * hh + 1], -tau), tau);
-                }
+            for (int lg = 0; lg < LG; lg++) {
+                g_mn[lg] = fminf(fmaxf(g_mn[lg], -tau), tau);
+                g_mx[lg] = fminf(fmaxf(g_mx[lg], -tau), tau);
             }
         }
 
+        /* ---- per group: scale and offset, and the three code thresholds */
+        i64 code_off, scale_off;
+        dst_offs_of(step, ring, code_off, scale_off);
+        /* group lg's (scale, zero | min), stored as soon as it is known */
+        auto store_scale = [&](int lg, float scale, float zero, float mn) {
+            int gi = lg;
+            if constexpr (EXCL) gi = (lg / (JW / GS)) * (Q4 / GS) + h * (JW / GS) + lg % (JW / GS);
+            if (scale_off >= 0 && (EXCL || h == 0)) {
+                u8 *srow = scales_base + scale_off;
+                if (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO)
+                    *reinterpret_cast<float2 *>(srow + 8 * gi) = make_float2(scale, zero);
+                else
+                    *reinterpret_cast<u32 *>(srow + 4 * gi) = pack_half2(f32_to_f16(scale), f32_to_f16(mn));
+            }
+        };
+        u32 thr[LG][3];
+        q_formula f;
+        if (p.lloyd_max) {
+            /* one group per row (validated). Sums over the clipped values in
+               the reference's order: per c = (col % 8) / 2, columns ascending */
+            float s[4] = {0.f, 0.f, 0.f, 0.f}, qq[4] = {0.f, 0.f, 0.f, 0.f};
+            auto clipv = [&](float v) { return fminf(fmaxf(v, -tau), tau); };
+            auto add_quarter = [&](int q, float mean, bool sq) {
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            /* ---- codes and per-group (scale, offset) */
-            u32 code[NT][2];
-            float g_scale[G], g_zero[G], g_min[G];
-            if (p.lloyd_max) {
-                float s = 0.f, q = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) s = __fadd_rn(__fadd_rn(s, acc[nt][2 * hh]), acc[nt][2 * hh + 1]);
-                const float mean = __fdiv_rn(quad_sum(s), static_cast<float>(D));
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const float d0 = __fsub_rn(acc[nt][2 * hh], mean), d1 = __fsub_rn(acc[nt][2 * hh + 1], mean);
-                    q = __fadd_rn(q, __fmul_rn(d0, d0));
-                    q = __fadd_rn(q, __fmul_rn(d1, d1));
+                for (int jp = 0; jp < JP; jp++) {
+                    const u32 wv = q_opaque(w[q][jp]);
+                    const float v0 = clipv(S::lo_f32(wv)), v1 = clipv(S::hi_f32(wv));
+                    if (!sq) {
+                        s[jp & 3] = __fadd_rn(__fadd_rn(s[jp & 3], v0), v1);
+                    } else {
+                        const float d0 = __fsub_rn(v0, mean), d1 = __fsub_rn(v1, mean);
+                        qq[jp & 3] = __fadd_rn(qq[jp & 3], __fmul_rn(d0, d0));
+                        qq[jp & 3] = __fadd_rn(qq[jp & 3], __fmul_rn(d1, d1));
+                    }
                 }
-                const float var = __fdiv_rn(quad_sum(q), static_cast<float>(D));
-                const float sd = __fsqrt_rn(__fadd_rn(var, 1e-8f));
-                const float inv_sd = __frcp_rn(sd);
+            };
+            auto row_sum = [&](float mean, bool sq) {
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
+                for (int q = 0; q < 4; q++) {
+                    if constexpr (LPR == 1) {
+                        add_quarter(q, mean, sq);
+                    } else {
+                        /* the two lanes' columns interleave per quarter: hand the
+                           running sums over so the order stays the reference's */
+                        if (h == 0) add_quarter(q, mean, sq);
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float z = div_rn_by(__fsub_rn(acc[nt][2 * hh + e], mean), sd, inv_sd);
-                        code[nt][e] = (z >= -LM_THRESHOLD ? 1u : 0u) + (z >= 0.f ? 1u : 0u) + (z >= LM_THRESHOLD ? 1u : 0u);
-                    }
-                g_scale[0] = __fmul_rn(LM_SCALE, sd);
-                g_zero[0] = __fsub_rn(1.5f, __fdiv_rn(mean, g_scale[0]));
-                g_min[0] = __fsub_rn(mean, __fmul_rn(1.5f, g_scale[0]));
+                        for (int i = 0; i < 4; i++) {
+                            s[i] = __shfl_sync(0xffffffffu, s[i], lane & ~1);
+                            qq[i] = __shfl_sync(0xffffffffu, qq[i], lane & ~1);
+                        }
+                        if (h == 1) add_quarter(q, mean, sq);
 #pragma unroll
-                for (int gi = 1; gi < G; gi++) g_scale[gi] = g_scale[0], g_zero[gi] = g_zero[0], g_min[gi] = g_min[0];
-            } else {
-#pragma unroll
-                for (int gi = 0; gi < G; gi++) {
-                    float mn = acc[gi * NT_PER_GROUP][2 * hh], mx = mn;
-#pragma unroll
-                    for (int j = 0; j < NT_PER_GROUP; j++) {
-                        const int nt = gi * NT_PER_GROUP + j;
-                        mn = fminf(mn, fminf(acc[nt][2 * hh], acc[nt][2 * hh + 1]));
-                        mx = fmaxf(mx, fmaxf(acc[nt][2 * hh], acc[nt][2 * hh + 1]));
-                    }
-                    mn = quad_min(mn);
-                    mx = quad_max(mx);
-                    const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
-                    const float zero = __fdiv_rn(-mn, scale);
-                    const float inv = __frcp_rn(scale);
-                    g_scale[gi] = scale, g_zero[gi] = zero, g_min[gi] = mn;
-#pragma unroll
-                    for (int j = 0; j < NT_PER_GROUP; j++) {
-                        const int nt = gi * NT_PER_GROUP + j;
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const float qv = __fadd_rn(__fadd_rn(div_rn_by(acc[nt][2 * hh + e], scale, inv), zero), 0.5f);
-                            code[nt][e] = static_cast<u32>(min(max(__float2int_rz(qv), 0), 3));
+                        for (int i = 0; i < 4; i++) {
+                            s[i] = __shfl_sync(0xffffffffu, s[i], lane | 1);
+                            qq[i] = __shfl_sync(0xffffffffu, qq[i], lane | 1);
                         }
                     }
                 }
+            };
+            row_sum(0.f, false);
+            const float mean = __fdiv_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])), static_cast<float>(D));
+            row_sum(mean, true);
+            const float var = __fdiv_rn(__fadd_rn(__fadd_rn(qq[0], qq[1]), __fadd_rn(qq[2], qq[3])), static_cast<float>(D));
+            const float sd = __fsqrt_rn(__fadd_rn(var, 1e-8f));
+            f.a = sd, f.b = mean, f.inv = __frcp_rn(sd), f.lloyd_max = true;
+            const float sc = __fmul_rn(LM_SCALE, sd);
+            const u32 olo = q_ord(from_f32(g_mn[0], SRC_DTYPE)), ohi = q_ord(from_f32(g_mx[0], SRC_DTYPE));
+            u32 t0 = 0u, t1 = 0u, t2 = 0u;
+#pragma unroll 1
+            for (int k = 0; k < 3; k++) {
+                const float lv = static_cast<float>(k - 1) * LM_THRESHOLD; /* -T, 0, T */
+                const u32 t = q_threshold<SRC_DTYPE>(f, lv, __fmaf_rn(lv, sd, mean), olo, ohi);
+                t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
             }
-
-            /* ---- store: this lane owns bytes 8a + 2c + {0,1} of its row */
-            const i64 code_off = __shfl_sync(0xffffffffu, cur.code_off, g + 8 * hh);
-            const i64 scale_off = __shfl_sync(0xffffffffu, cur.scale_off, g + 8 * hh);
-            if (code_off >= 0) {
-                u8 *crow = codes_base + code_off;
-                u8 *srow = scales_base + scale_off;
+            thr[0][0] = t0, thr[0][1] = t1, thr[0][2] = t2;
+            store_scale(0, sc, __fsub_rn(1.5f, __fdiv_rn(mean, sc)), __fsub_rn(mean, __fmul_rn(1.5f, sc)));
 #pragma unroll
-                for (int a = 0; a < Q4 / 8; a++) {
-                    u32 b0 = 0, b1 = 0;
+            for (int lg = 1; lg < LG; lg++) thr[lg][0] = thr[0][0], thr[lg][1] = thr[0][1], thr[lg][2] = thr[0][2];
+        } else {
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        b0 |= code[a + k * (Q4 / 8)][0] << (2 * k);
-                        b1 |= code[a + k * (Q4 / 8)][1] << (2 * k);
-                    }
-                    *reinterpret_cast<u16 *>(crow + 8 * a + 2 * c) = static_cast<u16>(b0 | (b1 << 8));
+            for (int lg = 0; lg < LG; lg++) {
+                const float mn = g_mn[lg], mx = g_mx[lg];
+                const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
+                const float zero = __fdiv_rn(-mn, scale);
+                store_scale(lg, scale, zero, mn);
+                f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
+                const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
+                /* rolled: one copy of the search per group keeps the code small */
+                u32 t0 = 0u, t1 = 0u, t2 = 0u;
+#pragma unroll 1
+                for (int k = 0; k < 3; k++) {
+                    const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
+                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn), olo, ohi);
+                    t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
                 }
-                if (c == 0) {
-#pragma unroll
-                    for (int gi = 0; gi < G; gi++) {
-                        if (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO)
-                            *reinterpret_cast<float2 *>(srow + 8 * gi) = make_float2(g_scale[gi], g_zero[gi]);
-                        else
-                            *reinterpret_cast<u32 *>(srow + 4 * gi) =
-                                pack_half2(f32_to_f16(g_scale[gi]), f32_to_f16(g_min[gi]));
-                    }
-                }
+                thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;
             }
         }
-        stage ^= STAGES - 1;
-        if constexpr (STAGES == 1) {
-            if (tile + step < tiles) {
-                meta = meta_for(tile + step);
-                issue(meta, 0);
+
+        /* ---- codes: code = [y >= t1] + [y >= t2] + [y >= t3]; bit 1 = [y >= t2],
+           bit 0 = the xor of the three (thermometer). Word jp of quarter q
+           feeds lane bytes 2jp (low half) and 2jp + 1 (high half) at bits 2q,
+           2q + 1; even words go to bytes 0 and 2 of an output word, odd ones to
+           1 and 3, and one PRMT restores the byte order. */
+        u32 out[JP / 2];
+#pragma unroll
+        for (int j2 = 0; j2 < JP / 2; j2++) {
+            u32 acc = 0u;
+#pragma unroll
+            for (int par = 0; par < 2; par++) {
+                const int jp = 2 * j2 + par;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int lg = EXCL ? q * (JW / GS) + (2 * jp) / GS : (q * Q4) / GS;
+                    const u32 m1 = S::ge_mask(w[q][jp], thr[lg][0]);
+                    const u32 m2 = S::ge_mask(w[q][jp], thr[lg][1]);
+                    const u32 m3 = S::ge_mask(w[q][jp], thr[lg][2]);
+                    const u32 b0 = m1 ^ m2 ^ m3;
+                    const u32 c0 = par == 0 ? (1u << (2 * q)) | (1u << (16 + 2 * q)) : (1u << (8 + 2 * q)) | (1u << (24 + 2 * q));
+                    acc |= (b0 & c0) | (m2 & (c0 << 1));
+                }
+            }
+            out[j2] = __byte_perm(acc, 0u, 0x3120);
+        }
+
+        /* ---- store the codes */
+        if (code_off >= 0) {
+            u8 *crow = codes_base + code_off + h * JW;
+            if constexpr (JW % 16 == 0) {
+#pragma unroll
+                for (int i = 0; i < JW / 16; i++)
+                    *reinterpret_cast<uint4 *>(crow + 16 * i) = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+            } else {
+                *reinterpret_cast<uint2 *>(crow) = make_uint2(out[0], out[1]);
             }
         }
     }

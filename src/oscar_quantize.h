@@ -13,12 +13,70 @@ OSCAR__PRIVATE int32_t oscar__clip_index(float ratio, int head_dim) {
     return OSCAR__CAST(int32_t, x);
 }
 
-OSCAR__PRIVATE int64_t oscar__quant_smem_bytes(int head_dim, int with_rotation) {
-    int64_t stages = head_dim >= 256 ? 1 : 2;
-    return 4 * stages * 16 * head_dim * 2 + (with_rotation ? OSCAR__CAST(int64_t, head_dim) * head_dim * 2 : 0);
+/* Shared memory of one CTA (quantize.cuh): per warp a 3-deep ring of slot
+   ids (3 x 32 lanes x 16 bytes) and a slice of rows x head_dim 16-bit
+   values; R in the source dtype once per CTA. */
+OSCAR__PRIVATE int64_t oscar__quant_smem_bytes(int head_dim, int rows, int warps, int with_rotation) {
+    return OSCAR__CAST(int64_t, warps) * (3 * 32 * 16 + OSCAR__CAST(int64_t, rows) * head_dim * 2) +
+           (with_rotation ? OSCAR__CAST(int64_t, head_dim) * head_dim * 2 : 0);
 }
 
-OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream) {
+/* A tile choice: rows per warp step, warps per CTA, CTAs per (layer, K|V)
+   (0: as many as fill the device, never more than the work). */
+typedef struct oscar__quant_tile {
+    int32_t rows_per_warp;
+    int32_t warps_per_cta;
+    int32_t ctas;
+} oscar__quant_tile;
+
+/* Registered (compiled) and within the device's shared memory. */
+OSCAR__PRIVATE int oscar__quant_tile_valid(const oscar_ctx *ctx, int head_dim, int rows, int warps, int with_rotation) {
+    if (!oscar__quant_tile_registered(head_dim, rows, warps)) return 0;
+    if (ctx->backend != OSCAR_BACKEND_CUDA || ctx->compile_only) return 1;
+    return oscar__quant_smem_bytes(head_dim, rows, warps, with_rotation) <= ctx->max_smem_optin;
+}
+
+/* The heuristic. Head dim 256: 16 rows (two lanes of 128 values per row), 8
+   warps where R plus 8 slices fit, else 2. Otherwise one lane per row and 8
+   warps (16 warps per SM at 128 registers) once the launch has enough rows
+   to give every warp of the device a step; below that (demotion of a few
+   requests) 16-row steps on 4-warp CTAs, so more warps share the few rows
+   and each finishes sooner. */
+OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int head_dim, int64_t rows_per_side,
+                                                    int32_t layer_sides, int with_rotation) {
+    oscar__quant_tile t;
+    int64_t total = rows_per_side * layer_sides, sms = OSCAR__MAX(ctx->num_sms, 1);
+    t.ctas = 0;
+    if (head_dim == 256) {
+        t.rows_per_warp = 16;
+        t.warps_per_cta = oscar__quant_tile_valid(ctx, head_dim, 16, 8, with_rotation) ? 8 : 2;
+        return t;
+    }
+    if (total >= 32 * 16 * sms) t.rows_per_warp = 32, t.warps_per_cta = 8;
+    else t.rows_per_warp = 16, t.warps_per_cta = 4;
+    if (!oscar__quant_tile_valid(ctx, head_dim, t.rows_per_warp, t.warps_per_cta, with_rotation)) t.warps_per_cta = 4;
+    return t;
+}
+
+/* CTAs per (layer, K|V): enough for the device's resident CTAs over the
+   whole launch (registers: 128 per thread, 16 warps per SM; shared memory),
+   never more than the steps need. */
+OSCAR__PRIVATE int64_t oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
+                                         int32_t layer_sides, int with_rotation) {
+    int64_t steps = (rows_per_side + t->rows_per_warp - 1) / t->rows_per_warp;
+    int64_t need = (steps + t->warps_per_cta - 1) / t->warps_per_cta, per_sm, smem, ctas;
+    if (t->ctas > 0) return OSCAR__MIN(OSCAR__CAST(int64_t, t->ctas), OSCAR__MAX(need, 1));
+    smem = oscar__quant_smem_bytes(head_dim, t->rows_per_warp, t->warps_per_cta, with_rotation) + 1024;
+    per_sm = head_dim == 256 ? 1 : OSCAR__MAX(1, 16 / t->warps_per_cta);
+    per_sm = OSCAR__MIN(per_sm, OSCAR__MAX(1, (OSCAR__CAST(int64_t, ctx->max_smem_optin) + 1024) / smem));
+    ctas = OSCAR__MAX(1, per_sm * OSCAR__MAX(ctx->num_sms, 1) / layer_sides);
+    return OSCAR__MAX(1, OSCAR__MIN(ctas, need));
+}
+
+/* oscar_quantize_kv with an explicit tile (force != NULL: the tests and the
+   autotuner; an unregistered or too large tile is INVALID_ARGUMENT). */
+OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream,
+                                                     const oscar__quant_tile *force) {
     oscar__validator v;
     oscar_int2_pool_desc pool;
     oscar_quantize_desc d;
@@ -109,10 +167,15 @@ OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_de
         any_rot |= L->k_rotation != NULL || L->v_rotation != NULL;
     }
     if (ctx->backend == OSCAR_BACKEND_CUDA && !ctx->compile_only && any_rot &&
-        oscar__quant_smem_bytes(D, 1) > ctx->max_smem_optin)
+        oscar__quant_smem_bytes(D, 16, D == 256 ? 2 : 4, 1) > ctx->max_smem_optin)
         oscar__verr(&v, OSCAR_STATUS_UNSUPPORTED,
                     "head_dim %d with a rotation needs %lld bytes of shared memory per block; this device allows %d", D,
-                    OSCAR__CAST(long long, oscar__quant_smem_bytes(D, 1)), ctx->max_smem_optin);
+                    OSCAR__CAST(long long, oscar__quant_smem_bytes(D, 16, D == 256 ? 2 : 4, 1)), ctx->max_smem_optin);
+    if (force && ctx->backend == OSCAR_BACKEND_CUDA)
+        OSCAR__VALIDATE(&v, oscar__quant_tile_valid(ctx, D, force->rows_per_warp, force->warps_per_cta, any_rot),
+                        "tile rows_per_warp = %d, warps_per_cta = %d: not a compiled candidate for head_dim %d, or too "
+                        "much shared memory",
+                        force->rows_per_warp, force->warps_per_cta, D);
     st = oscar__validate_end(&v);
     if (st != OSCAR_OK || d.num_tokens == 0) return st;
 
@@ -148,18 +211,23 @@ OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_de
         } else {
             char name[192];
             oscar__kernel *k;
-            int64_t tiles = (d.num_tokens * H + 15) / 16, ctas;
-            oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype);
+            int64_t rows = d.num_tokens * H, ctas;
+            oscar__quant_tile t = force ? *force : oscar__quant_choose(ctx, D, rows, 2 * n, rot_here);
+            ctas = oscar__quant_ctas(ctx, D, &t, rows, 2 * n, rot_here);
+            oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype, t.rows_per_warp, t.warps_per_cta);
             st = oscar__jit_get(ctx, "quantize.cuh", name, &k);
             if (st != OSCAR_OK) break;
-            /* about two CTAs per SM over the whole launch, never more than there are tiles */
-            ctas = OSCAR__MAX(1, (2 * OSCAR__MAX(ctx->num_sms, 1)) / (2 * n));
-            ctas = OSCAR__MIN(ctas, (tiles + 3) / 4);
-            st = oscar__launch3(ctx, k, OSCAR__CAST(unsigned, ctas), OSCAR__CAST(unsigned, n), 2, 128,
-                                OSCAR__CAST(unsigned, oscar__quant_smem_bytes(D, rot_here)), stream, p);
+            st = oscar__launch3(ctx, k, OSCAR__CAST(unsigned, ctas), OSCAR__CAST(unsigned, n), 2,
+                                OSCAR__CAST(unsigned, 32 * t.warps_per_cta),
+                                OSCAR__CAST(unsigned, oscar__quant_smem_bytes(D, t.rows_per_warp, t.warps_per_cta, rot_here)),
+                                stream, p);
         }
     }
     return st;
+}
+
+OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream) {
+    return oscar__quantize_kv_tiled(ctx, desc, stream, NULL);
 }
 
 #endif /* OSCAR_QUANTIZE_H_INCLUDED */

@@ -139,7 +139,11 @@ typedef struct qcase {
     int rotation; /* 0 none, 1 signed permutation (exact), 2 dense orthogonal */
     int v_absorbed;
     int demotion; /* sources gathered from a paged bf16 cache */
+    int hard;     /* rows of edge cases (rand_elem_hard) instead of random ones */
 } qcase;
+
+/* The tile forced on GPU launches (NULL: the heuristic's). */
+static const oscar__quant_tile *g_tile;
 
 typedef struct qdata {
     size_t code_bytes, scale_bytes, src_elems;
@@ -154,6 +158,31 @@ static uint16_t rand_elem(tu_rng *r, int d, oscar_dtype dt) {
     double x = tu_normal(r);
     if (d % 17 == 3) x *= 20.0;
     if (tu_uniform(r) < 0.002) x *= 100.0;
+    return oscar__from_f32((float)x, dt == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+}
+
+/* Rows that stress the exact parts of the kernel, by row (all values of a
+   row drawn the same way): the code thresholds (values on a coarse grid, so
+   many sit exactly on a threshold, and symmetric ranges whose middle
+   threshold is at zero), the clip search (many ties of |y|, one huge spike,
+   constant rows), range (tiny values, near-overflow f16 values) and signs
+   (all positive, all negative). No exact zeros: the sign of a zero min is a
+   documented difference (quantize.cuh). */
+static uint16_t rand_elem_hard(tu_rng *r, int64_t row, int d, oscar_dtype dt) {
+    double x = tu_normal(r);
+    int kind = (int)(row % 9);
+    switch (kind) {
+    case 0: x = (floor(x * 4) + 0.5) / 4; break;                  /* grid of 1/4, no zero */
+    case 1: x = (d % 2 ? 1 : -1) * (1 + (d % 8)) * 0.375; break;  /* symmetric, exact ties */
+    case 2: x = 3.0 + (d == 5 ? 0.5 : 0.0); break;                /* constant but one */
+    case 3: x = -1.5; break;                                      /* constant */
+    case 4: x = fabs(x) + 0.25; break;                            /* all positive */
+    case 5: x = -fabs(x) - 0.25; break;                           /* all negative */
+    case 6: x = d == 7 ? 3e4 : x * 1e-3; break;                   /* one huge spike */
+    case 7: x = x * 1e-30; if (dt == OSCAR_DTYPE_F16) x = x * 1e26; break; /* tiny (f16: subnormal) */
+    default: x = x * (dt == OSCAR_DTYPE_F16 ? 5e3 : 1e30); break; /* huge (f16: below 65504) */
+    }
+    if (x == 0) x = 0.5;
     return oscar__from_f32((float)x, dt == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
 }
 
@@ -225,6 +254,11 @@ static void qdata_make(tu_rng *r, const qcase *qc, qdata *q, oscar_ctx *cpu) {
         memset(q->sc_k[l], 0xA5, q->scale_bytes), memset(q->sc_v[l], 0xA5, q->scale_bytes);
         q->src_k[l] = tu_xmalloc(q->src_elems * 2), q->src_v[l] = tu_xmalloc(q->src_elems * 2);
         for (i = 0; i < (int)q->src_elems; i++) {
+            if (qc->hard) {
+                q->src_k[l][i] = rand_elem_hard(r, i / qc->D, i % qc->D, qc->src_dtype);
+                q->src_v[l][i] = rand_elem_hard(r, i / qc->D + 4, (i + 5) % qc->D, qc->src_dtype);
+                continue;
+            }
             q->src_k[l][i] = rand_elem(r, i % qc->D, qc->src_dtype);
             q->src_v[l][i] = rand_elem(r, (i + 5) % qc->D, qc->src_dtype);
         }
@@ -284,7 +318,14 @@ static oscar_status run_quantize(oscar_ctx *ctx, const qcase *qc, oscar_quantize
     d.k_clip_ratio = qc->k_ratio;
     d.v_clip_ratio = qc->v_ratio;
     d.mode = qc->mode;
-    return oscar_quantize_kv(ctx, &d, NULL);
+    return oscar__quantize_kv_tiled(ctx, &d, NULL, ctx->backend == OSCAR_BACKEND_CUDA ? g_tile : NULL);
+}
+
+static const char *tile_name(void) {
+    static char buf[64];
+    if (!g_tile) return "heuristic";
+    snprintf(buf, sizeof buf, "rows %d x warps %d", g_tile->rows_per_warp, g_tile->warps_per_cta);
+    return buf;
 }
 
 /* CPU reference on host copies, GPU on device copies; pools compared byte
@@ -324,13 +365,19 @@ static double gpu_vs_cpu(oscar_ctx *gpu, oscar_ctx *cpu, tu_rng *r, const qcase 
             for (i = 0; i < q.code_bytes; i++) {
                 if (gc[i] == rc[i]) continue;
                 cr_assert(qc->rotation == 2 && rc[i] != 0xA5 && gc[i] != 0xA5,
-                          "D=%d G=%d P=%d layer %d %s: code byte %zu gpu 0x%02x cpu 0x%02x", qc->D, qc->GS,
-                          qc->page_size, l, kv ? "V" : "K", i, gc[i], rc[i]);
+                          "D=%d G=%d P=%d %s layer %d %s tile %s: code byte %zu (row %zu) gpu 0x%02x cpu 0x%02x", qc->D,
+                          qc->GS, qc->page_size, qc->src_dtype == OSCAR_DTYPE_F16 ? "f16" : "bf16", l, kv ? "V" : "K",
+                          tile_name(), i, i / (size_t)(qc->D / 4), gc[i], rc[i]);
                 diff_codes++;
             }
             if (qc->rotation != 2) {
-                cr_assert(memcmp(gs, rs, q.scale_bytes) == 0, "D=%d G=%d layer %d %s: scales differ", qc->D, qc->GS, l,
-                          kv ? "V" : "K");
+                if (memcmp(gs, rs, q.scale_bytes) != 0) {
+                    size_t b = 0;
+                    while (gs[b] == rs[b]) b++;
+                    cr_assert(0, "D=%d G=%d %s layer %d %s tile %s mode %d clip %.2f/%.2f: scales differ from byte %zu",
+                              qc->D, qc->GS, qc->src_dtype == OSCAR_DTYPE_F16 ? "f16" : "bf16", l, kv ? "V" : "K",
+                              tile_name(), (int)qc->mode, qc->k_ratio, qc->v_ratio, b);
+                }
             } else if (qc->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO) {
                 for (i = 0; i + 8 <= q.scale_bytes; i += 8) {
                     float a, b;
@@ -412,6 +459,74 @@ Test(quantize_gpu, dense_rotation_matches_reference, .timeout = 600) {
                     qc.D, frac, scale_err);
         cr_assert(frac < 2e-3, "D=%d: %.3e of code bytes differ", qc.D, frac);
     }
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
+/* Every compiled tile candidate (the autotuner's choices) on every head
+   dim, both dtypes, clip on and off, uniform and Lloyd-Max: bit-identical
+   to the CPU reference, with CTA counts of 1 (each warp walks many steps,
+   the slot-id ring wraps) and of the heuristic. */
+Test(quantize_gpu, every_tile_candidate_bit_exact, .timeout = 900) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    static const int dims[] = {64, 128, 256};
+    int di, ri, wi, v, cases = 0;
+    for (di = 0; di < 3; di++)
+        for (ri = 0; ri < OSCAR__NUM_QUANT_ROWS; ri++)
+            for (wi = 0; wi < OSCAR__NUM_QUANT_WARPS; wi++) {
+                oscar__quant_tile t;
+                t.rows_per_warp = oscar__quant_rows_candidates[ri], t.warps_per_cta = oscar__quant_warps_candidates[wi];
+                if (!oscar__quant_tile_valid(gpu, dims[di], t.rows_per_warp, t.warps_per_cta, 1)) continue;
+                for (v = 0; v < 4; v++) {
+                    qcase qc = {0};
+                    qc.D = dims[di], qc.GS = v == 1 ? dims[di] : 32, qc.H = 5, qc.layers = 2;
+                    qc.page_size = v == 2 ? 1 : 16, qc.pages = 700 / qc.page_size + 3, qc.T = 677;
+                    qc.scale_layout = v % 2 ? OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO : OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+                    qc.kv_layout = v / 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
+                    qc.src_dtype = v == 3 ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16;
+                    qc.k_ratio = v == 2 ? 0.0f : 0.96f, qc.v_ratio = v == 2 ? 0.0f : 0.5f;
+                    qc.mode = v == 1 ? OSCAR_QUANT_MODE_LLOYD_MAX : OSCAR_QUANT_MODE_UNIFORM;
+                    qc.rotation = 1, qc.v_absorbed = v == 3;
+                    qc.demotion = v == 1;
+                    t.ctas = v % 2 ? 1 : 0;
+                    g_tile = &t;
+                    cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
+                    g_tile = NULL;
+                    cases++;
+                }
+            }
+    cr_log_info("quantize: %d cases over every valid tile candidate bit-identical to the CPU reference", cases);
+    cr_assert(cases >= 4 * 8, "at least the 8 tile candidates of head dims 64/128 ran (%d cases)", cases);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
+/* Edge-case rows (rand_elem_hard: values on code thresholds, ties of |y| at
+   the clip, constant rows, tiny and huge values, one-signed rows) through
+   the heuristic's tiles: bit-identical codes and scales. */
+Test(quantize_gpu, hard_rows_bit_exact, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    static const int dims[] = {64, 128, 256};
+    static const float ratios[] = {0.96f, 0.5f, 0.01f, 0.0f};
+    int di, v, cases = 0;
+    for (di = 0; di < 3; di++)
+        for (v = 0; v < 8; v++) {
+            qcase qc = {0};
+            qc.D = dims[di], qc.GS = v % 2 ? dims[di] : 32, qc.H = 3, qc.layers = 1, qc.page_size = 16;
+            qc.T = v < 4 ? 300 : 30000 / (qc.H * 4); /* the second half uses the prefill (32-row) tiles */
+            qc.pages = qc.T / 16 + 3;
+            qc.scale_layout = v % 4 < 2 ? OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO : OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+            qc.src_dtype = v % 4 == 3 ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16;
+            qc.k_ratio = ratios[v % 4], qc.v_ratio = ratios[(v + 1) % 4];
+            qc.mode = v == 5 ? OSCAR_QUANT_MODE_LLOYD_MAX : OSCAR_QUANT_MODE_UNIFORM;
+            qc.rotation = v % 3 == 0 ? 0 : 1;
+            qc.hard = 1;
+            cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
+            cases++;
+        }
+    cr_log_info("quantize: %d edge-case runs bit-identical to the CPU reference", cases);
     oscar_shutdown(cpu);
     oscar_shutdown(gpu);
 }
