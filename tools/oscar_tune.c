@@ -249,7 +249,7 @@ int main(int argc, char **argv) {
                 "plan's heuristic; kept = the best valid candidate, kept only if its median beats the default's by more "
                 "than the larger interquartile range in an interleaved re-timing (both times below are from that "
                 "re-timing; medians of %d CUDA-event timings, inputs rotating over 2x the L2). Candidates whose output "
-                "differs from the default's (o > 1e-3 relative per head, lse > 1e-4; merge: any bit) are rejected.\n\n",
+                "differs from the default's (o > 5e-3 relative per head, lse > 1e-3; merge: any bit) are rejected.\n\n",
             td.num_q_heads, td.num_kv_heads, td.head_dim, td.group_size ? td.group_size : td.head_dim,
             td.page_size ? td.page_size : 16, td.window_tokens < 0 ? 0 : td.window_tokens ? td.window_tokens : 320,
             2 * (td.repeats ? td.repeats : 15));

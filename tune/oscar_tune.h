@@ -1442,8 +1442,12 @@ OSCAR__PRIVATE int oscar__tune_dec_check(oscar_ctx *ctx, void *user, int c, char
     if (*st == OSCAR_OK) *st = oscar__tune_download(ctx, o, d->o, d->o_bytes);
     if (*st == OSCAR_OK) *st = oscar__tune_download(ctx, lse, d->lse, d->lse_bytes);
     if (*st != OSCAR_OK) return 0;
-    /* decode rule: per (request, head), |o - o_ref| / |o_ref| <= 1e-3 and
-       |lse - lse_ref| <= 1e-4 (other split counts sum in another order) */
+    /* decode rule: per (request, head), |o - o_ref| / |o_ref| <= 5e-3 and
+       |lse - lse_ref| <= 1e-3: the decode's own accuracy contract against
+       float64 (tests/test_decode.c). Other split counts sum in another order
+       and round the bf16 output elsewhere: on the H200 bench shapes they were
+       1.6-2.1e-3 apart (lse 2e-6), so the first rule (1e-3) rejected correct
+       candidates; a wrong one is off by O(1). */
     for (r = 0; r < d->rows; r++) {
         double num = 0, den = 0, e;
         for (i = 0; i < D; i++) {
@@ -1462,8 +1466,8 @@ OSCAR__PRIVATE int oscar__tune_dec_check(oscar_ctx *ctx, void *user, int c, char
         }
         return 0;
     }
-    if (worst_o <= 1e-3 && worst_l <= 1e-4) return 0;
-    snprintf(why, cap, "o rel. err %.2e (<= 1e-3), lse err %.2e (<= 1e-4)", worst_o, worst_l);
+    if (worst_o <= 5e-3 && worst_l <= 1e-3) return 0;
+    snprintf(why, cap, "o rel. err %.2e (<= 5e-3), lse err %.2e (<= 1e-3)", worst_o, worst_l);
     return 1;
 }
 
