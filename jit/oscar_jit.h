@@ -640,13 +640,21 @@ OSCAR__PRIVATE oscar_status oscar__launch_ex(const oscar_ctx *ctx, oscar__kernel
     args[0] = params;
     pushed = oscar__push_if_needed(ctx);
     if (pushed < 0) return oscar__fail(ctx, OSCAR_STATUS_CUDA_ERROR, "cuCtxPushCurrent failed");
-    if (smem > 48 * 1024 && OSCAR__CAST(int32_t, smem) > k->max_dynamic_smem_set) {
-        r = ctx->cu.cuFuncSetAttribute(k->function, OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, OSCAR__CAST(int, smem));
+    if (smem > 48 * 1024) {
+        /* under the context's lock: threads sharing a context may launch the
+           same kernel with different sizes (the field is read and raised) */
+        pthread_mutex_t *lock = &OSCAR__UNCONST(oscar_ctx *, ctx)->lock;
+        r = 0;
+        pthread_mutex_lock(lock);
+        if (OSCAR__CAST(int32_t, smem) > k->max_dynamic_smem_set) {
+            r = ctx->cu.cuFuncSetAttribute(k->function, OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM, OSCAR__CAST(int, smem));
+            if (r == 0) k->max_dynamic_smem_set = OSCAR__CAST(int32_t, smem);
+        }
+        pthread_mutex_unlock(lock);
         if (r != 0) {
             if (pushed) oscar__pop(ctx);
             return oscar__cu_fail(ctx, r, "cuFuncSetAttribute(max dynamic shared memory)");
         }
-        k->max_dynamic_smem_set = OSCAR__CAST(int32_t, smem);
     }
     if (pdl && ctx->sm >= 90 && ctx->cu.cuLaunchKernelEx) {
         oscar__CUlaunchAttribute attr;
