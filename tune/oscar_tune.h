@@ -924,9 +924,12 @@ OSCAR__PRIVATE oscar__tune_table *oscar__tune_load_quiet(oscar_ctx *ctx, const c
     return t;
 }
 
-/* The shipped table of the context's arch, if it applies. */
+/* The shipped table of the context's arch, if it applies. Never in a
+   compile-only context: it knows no GPU name or SM count, and a shipped table
+   is measured on one GPU (a table the caller loads still applies there). */
 OSCAR__PRIVATE oscar__tune_table *oscar__tune_load_builtin(oscar_ctx *ctx) {
     int i;
+    if (ctx->compile_only) return NULL;
     for (i = 0; i < OSCAR__NUM_TUNE_DEFAULTS; i++) {
         oscar__tune_table *t = NULL;
         oscar_tune_provenance id;
