@@ -208,12 +208,21 @@ __device__ __forceinline__ u32 q_unord(u32 o) { return o ^ ((o & 0x8000u) ? 0x80
 
 /* x / d rounded to nearest, from inv = RN(1/d): one product and one
    residual correction (Markstein). Correctly rounded for normal operands
-   and quotients, which is what the codes see (scale >= 1e-8/3); checked bit
-   for bit against the CPU's IEEE division by the GPU tests. */
+   and quotients with a normal reciprocal (scale >= 1e-8/3); checked bit for
+   bit against the CPU's IEEE division by the GPU tests. */
 __device__ __forceinline__ float div_rn_by(float x, float d, float inv) {
     const float y0 = __fmul_rn(x, inv);
     const float r = __fmaf_rn(-y0, d, x);
-    return __fmaf_rn(r, inv, y0);
+    const float q = __fmaf_rn(r, inv, y0);
+    /* Outside that range, the IEEE division: d >= 2^126 (inv subnormal or
+       0 -- a Lloyd-Max row of ~1e30 values has var = inf, sd = inf, and the
+       correction gave 0 * inf = NaN, i.e. code 0, where the reference's
+       (y - mean) / inf = 0 gives code 2), a quotient that overflows (NaN
+       again) or is subnormal. Only the threshold search calls this. */
+    if (!(fabsf(d) < __int_as_float(0x7e800000)) || !(fabsf(q) < __int_as_float(0x7f000000)) ||
+        (fabsf(q) < __int_as_float(0x01000000) && x != 0.f))
+        return __fdiv_rn(x, d);
+    return q;
 }
 
 /* The formula of the codes for one group, evaluated at a value. */

@@ -238,11 +238,15 @@ static void qdata_make(tu_rng *r, const qcase *qc, qdata *q, oscar_ctx *cpu) {
     oscar_int2_pool_desc pool;
     int l, i;
     int64_t t, nslots = (int64_t)qc->pages * qc->page_size, *perm;
-    /* demotion sources: a paged bf16 cache of 3x the tokens, page size 16 */
+    /* demotion sources: a paged bf16 cache of 3x the tokens, page size 16,
+       allocated in whole pages (HND: a slot of the last page with head > 0
+       lies past src_rows * H * D elements; with 3T rows that read past the
+       host and device buffers -- different garbage, false mismatches) */
     int64_t src_rows = qc->demotion ? 3 * (int64_t)qc->T : qc->T;
+    int64_t alloc_rows = qc->demotion ? (src_rows + 15) / 16 * 16 : src_rows;
     qcase_pool(qc, &pool);
     TU_OK(cpu, oscar_int2_pool_bytes(cpu, &pool, &q->code_bytes, &q->scale_bytes));
-    q->src_elems = (size_t)src_rows * qc->H * qc->D;
+    q->src_elems = (size_t)alloc_rows * qc->H * qc->D;
     q->codes_k = xcalloc(sizeof(void *) * (size_t)qc->layers), q->codes_v = xcalloc(sizeof(void *) * (size_t)qc->layers);
     q->sc_k = xcalloc(sizeof(void *) * (size_t)qc->layers), q->sc_v = xcalloc(sizeof(void *) * (size_t)qc->layers);
     q->src_k = xcalloc(sizeof(void *) * (size_t)qc->layers), q->src_v = xcalloc(sizeof(void *) * (size_t)qc->layers);
