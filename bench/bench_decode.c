@@ -10,77 +10,14 @@
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
+#include "bench_decode_setup.h"
 
 #include <math.h>
 
-typedef struct shape {
-    int B;
-    int64_t ctx;
-    int D;
-} shape;
-
-static uint64_t rs = 88172645463325252ULL;
-static uint64_t rnd(void) {
-    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-    return rs;
-}
-static double rnd_normal(void) {
-    double u = ((rnd() >> 11) + 1) * (1.0 / 9007199254740993.0), v = (rnd() >> 11) * (1.0 / 9007199254740992.0);
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
-/* Device buffer of random contents: a host pattern of at most 16 MiB,
-   repeated (the host is slow at making gigabytes of normals). kind 0: random
-   bytes (codes), 1: bf16 normals, 2: f16 (scale, min) pairs. */
-static void *dev_fill(size_t bytes, int kind) {
-    size_t n = bytes < ((size_t)16 << 20) ? bytes : ((size_t)16 << 20), i, off;
-    uint8_t *h = malloc(n ? n : 16);
-    void *d;
-    if (kind == 0)
-        for (i = 0; i + 8 <= n; i += 8) {
-            uint64_t x = rnd();
-            memcpy(h + i, &x, 8);
-        }
-    else if (kind == 1)
-        for (i = 0; i + 2 <= n; i += 2) {
-            uint16_t x = oscar__f32_to_bf16((float)rnd_normal());
-            memcpy(h + i, &x, 2);
-        }
-    else
-        for (i = 0; i + 4 <= n; i += 4) {
-            double range = 1.0 + 2.0 * fabs(rnd_normal());
-            uint16_t s = oscar__f32_to_f16((float)(range / 3)), m = oscar__f32_to_f16((float)(-range / 2));
-            memcpy(h + i, &s, 2), memcpy(h + i + 2, &m, 2);
-        }
-    BU_CUDA(cudaMalloc(&d, bytes ? bytes : 16));
-    for (off = 0; off < bytes; off += n)
-        BU_CUDA(cudaMemcpy((char *)d + off, h, bytes - off < n ? bytes - off : n, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
-/* CSR tables: every request has len tokens in pages of ps, page ids shuffled */
-static void make_tables(int B, int64_t len, int ps, int32_t **d_ip, int32_t **d_idx, int32_t **d_last, int32_t *num_pages) {
-    int64_t np = (len + ps - 1) / ps, total = (int64_t)B * np, i;
-    int32_t *ip = malloc(sizeof(int32_t) * (size_t)(B + 1)), *idx = malloc(sizeof(int32_t) * (size_t)(total + 1)),
-            *last = malloc(sizeof(int32_t) * (size_t)B);
-    int b;
-    for (i = 0; i < total; i++) idx[i] = (int32_t)i;
-    for (i = total - 1; i > 0; i--) { /* pages in random order, as an allocator hands them out over time */
-        int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1));
-        int32_t t = idx[i];
-        idx[i] = idx[j], idx[j] = t;
-    }
-    for (b = 0; b <= B; b++) ip[b] = (int32_t)(b * np);
-    for (b = 0; b < B; b++) last[b] = np ? (int32_t)(len - (np - 1) * ps) : 1;
-    BU_CUDA(cudaMalloc((void **)d_ip, sizeof(int32_t) * (size_t)(B + 1)));
-    BU_CUDA(cudaMalloc((void **)d_idx, sizeof(int32_t) * (size_t)(total + 1)));
-    BU_CUDA(cudaMalloc((void **)d_last, sizeof(int32_t) * (size_t)B));
-    BU_CUDA(cudaMemcpy(*d_ip, ip, sizeof(int32_t) * (size_t)(B + 1), cudaMemcpyHostToDevice));
-    BU_CUDA(cudaMemcpy(*d_idx, idx, sizeof(int32_t) * (size_t)(total + 1), cudaMemcpyHostToDevice));
-    BU_CUDA(cudaMemcpy(*d_last, last, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
-    *num_pages = (int32_t)(total + 1);
-    free(ip), free(idx), free(last);
-}
+/* one random stream for the whole run (the page order it makes is the same
+   run to run); the fill and table helpers are shared with bench_multi_gpu */
+static bds_rng rng = {88172645463325252ULL};
+typedef bds_shape shape;
 
 typedef struct dset { /* one copy of everything a step reads */
     void *kc, *vc, *ks, *vs, *wk, *wv, *q;
@@ -189,8 +126,8 @@ int main(int argc, char **argv) {
         void *ws, *o, *rk, *rv, *sink;
         run_arg a;
         double us, spread, floor_us, bf16_us = 0, bytes, tbps;
-        make_tables(S->B, L, int2_ps, &d_ip, &d_idx, &d_last, &int2_pages);
-        make_tables(S->B, W, wps, &d_wip, &d_widx, &d_wlast, &win_pages);
+        bds_tables(&rng, S->B, L, int2_ps, &d_ip, &d_idx, &d_last, &int2_pages);
+        bds_tables(&rng, S->B, W, wps, &d_wip, &d_widx, &d_wlast, &win_pages);
         pool.head_dim = D, pool.num_kv_heads = Hkv, pool.num_pages = int2_pages, pool.page_size = int2_ps;
         pool.layout = int2_layout;
         BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
@@ -202,9 +139,10 @@ int main(int argc, char **argv) {
         if (nsets > 48) nsets = 48;
         sets = calloc((size_t)nsets, sizeof *sets);
         for (k = 0; k < nsets; k++) {
-            sets[k].kc = dev_fill(code_bytes, 0), sets[k].vc = dev_fill(code_bytes, 0);
-            sets[k].ks = dev_fill(scale_bytes, 2), sets[k].vs = dev_fill(scale_bytes, 2);
-            sets[k].wk = dev_fill(win_bytes, 1), sets[k].wv = dev_fill(win_bytes, 1), sets[k].q = dev_fill(q_bytes, 1);
+            sets[k].kc = bds_dev_fill(&rng, code_bytes, 0), sets[k].vc = bds_dev_fill(&rng, code_bytes, 0);
+            sets[k].ks = bds_dev_fill(&rng, scale_bytes, 2), sets[k].vs = bds_dev_fill(&rng, scale_bytes, 2);
+            sets[k].wk = bds_dev_fill(&rng, win_bytes, 1), sets[k].wv = bds_dev_fill(&rng, win_bytes, 1);
+            sets[k].q = bds_dev_fill(&rng, q_bytes, 1);
         }
         {
             float *R = malloc(sizeof(float) * (size_t)D * D);
@@ -264,7 +202,7 @@ int main(int argc, char **argv) {
             int nb, kb;
             dset *bsets;
             run_arg ba;
-            make_tables(S->B, S->ctx, wps, &b_ip, &b_idx, &b_last, &bpages);
+            bds_tables(&rng, S->B, S->ctx, wps, &b_ip, &b_idx, &b_last, &bpages);
             bw.num_pages = bpages, bw.page_size = wps;
             bbytes = (size_t)bpages * wps * Hkv * D * 2;
             nb = (int)((256u << 20) / (2 * bbytes)) + 1;
@@ -272,7 +210,7 @@ int main(int argc, char **argv) {
             bsets = calloc((size_t)nb, sizeof *bsets);
             for (kb = 0; kb < nb; kb++) {
                 bsets[kb] = sets[kb % nsets];
-                bsets[kb].wk = dev_fill(bbytes, 1), bsets[kb].wv = dev_fill(bbytes, 1);
+                bsets[kb].wk = bds_dev_fill(&rng, bbytes, 1), bsets[kb].wv = bds_dev_fill(&rng, bbytes, 1);
             }
             bd.num_q_heads = Hq, bd.int2_pool = &bp, bd.window_pool = &bw, bd.batch_size = S->B;
             bd.max_int2_tokens = 0, bd.max_window_tokens = (int32_t)S->ctx;
