@@ -3,8 +3,8 @@
    in the engine's own paged cache, split-KV, merged exactly.
 
    Four kernels, launched in this order by oscar_decode_run:
-     decode_prep_kernel<D>          q -> q' = q @ R_k (the INT2 part's query) and
-                                    the plain q, both pre-scaled, in f32
+     decode_prep_kernel<D>          q -> q' = q @ R_k (the INT2 part's query),
+                                    pre-scaled, as the INT2 kernel's mma fragments
      decode_int2_kernel<D,GS,PS,H>  INT2 paged tokens, dequantized on the fly
      decode_window_kernel<D,NH>     bf16/f16 paged tokens (sink + recent; also the
                                     BF16 baseline over a whole context); reads
@@ -15,7 +15,8 @@
    INT2 pool as oscar_int2_pool_desc; pages listed per request in CSR form
    (indptr[batch+1], indices, last_page_len[batch]) as FlashInfer does; the
    window cache likewise with its own CSR table.
-   workspace: q' [b][h][2][D] f32, partial o [b][h][splits][D] f32, lse [b][h][splits] f32.
+   workspace: q' fragments and group sums (q_workspace), partial o
+   [b][h][splits][D] f32, lse [b][h][splits] f32.
 
    The INT2 tier never dequantizes into memory or registers as values:
      s[t,h]  = sum_g scale[t,g] * (q' . codes[t, group g]) + sum_g min[t,g] * sum_{d in g} q'[h,d]
@@ -87,37 +88,44 @@ __device__ __forceinline__ void pdl_launch_next() {
 #endif
 }
 
+/* q scaled so that logits come out in base 2 (or in units of the soft-cap),
+   as both the prep kernel (for q') and the window kernel (for q) use it. */
+__device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, int h, int d) {
+    const float scale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
+    const u16 x = reinterpret_cast<const u16 *>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + d];
+    return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(x) : bf16_to_f32(x)) * scale;
+}
+
 /* Workspace regions of the prepared queries (see decode_prep_kernel). */
 template <int D>
 struct q_workspace {
-    __device__ static const float *plain(const oscar_decode_params &p, int b, int h) {
-        return reinterpret_cast<const float *>(p.ws_q) + (static_cast<i64>(b) * p.num_q_heads + h) * D;
-    }
-    __device__ static uint4 *frags(const oscar_decode_params &p) {
-        return reinterpret_cast<uint4 *>(p.ws_q + static_cast<u64>(p.batch_size) * p.num_q_heads * D * 4);
-    }
+    __device__ static uint4 *frags(const oscar_decode_params &p) { return reinterpret_cast<uint4 *>(p.ws_q); }
     __device__ static float *sums(const oscar_decode_params &p, int nh_tiles, int ksteps) {
         return reinterpret_cast<float *>(reinterpret_cast<u8 *>(frags(p)) +
                                          static_cast<u64>(p.batch_size) * p.pool.num_kv_heads * nh_tiles * ksteps * 32 * 16);
     }
 };
 
-/* (x0, x1) as a 16-bit pair hi and the remainder lo, both moved to the mma
-   B layout (movmatrix): hi + lo carries ~16 significant bits. */
+/* (x0, x1) as a 16-bit pair hi and the remainder lo (hi + lo carries ~16
+   significant bits), in the mma C layout. */
+template <int DTYPE>
+__device__ __forceinline__ void hi_lo_pair(float x0, float x1, u32 &hi, u32 &lo) {
+    hi = pack2<DTYPE>(x0, x1);
+    lo = pack2<DTYPE>(x0 - to_f32<DTYPE>(static_cast<u16>(hi & 0xffffu)), x1 - to_f32<DTYPE>(static_cast<u16>(hi >> 16)));
+}
+/* Both parts moved to the mma B layout (movmatrix). */
 template <int DTYPE>
 __device__ __forceinline__ void split_pair(float x0, float x1, u32 &hi, u32 &lo) {
-    const u32 h = pack2<DTYPE>(x0, x1);
-    const float h0 = to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)), h1 = to_f32<DTYPE>(static_cast<u16>(h >> 16));
-    hi = movmatrix_trans(h);
-    lo = movmatrix_trans(pack2<DTYPE>(x0 - h0, x1 - h1));
+    hi_lo_pair<DTYPE>(x0, x1, hi, lo);
+    hi = movmatrix_trans(hi);
+    lo = movmatrix_trans(lo);
 }
-
-/* The high or the low part of split_pair alone, in the B layout. */
+/* The high or the low part alone, in the B layout. */
 template <int DTYPE>
 __device__ __forceinline__ u32 split_half(float x0, float x1, bool low) {
-    const u32 h = pack2<DTYPE>(x0, x1);
-    const float h0 = to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)), h1 = to_f32<DTYPE>(static_cast<u16>(h >> 16));
-    return movmatrix_trans(low ? pack2<DTYPE>(x0 - h0, x1 - h1) : h);
+    u32 hi, lo;
+    hi_lo_pair<DTYPE>(x0, x1, hi, lo);
+    return movmatrix_trans(low ? lo : hi);
 }
 
 /* Exact codes of quarter k of bytes (0, 2) of r as two f16 values: the
@@ -407,15 +415,8 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
     __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][16][D];
     pdl_launch_next();
     const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
-    const float scale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
     pdl_wait(); /* the previous step's merge may still read this workspace */
-    for (int i = t; i < r * D; i += THREADS) {
-        const int j = i / D, d = i % D;
-        const u16 *q = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + (kvh * r + j) * p.q_head_stride;
-        const float x = (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(q[d]) : bf16_to_f32(q[d])) * scale;
-        qs[j][d] = x;
-        const_cast<float *>(QW::plain(p, b, kvh * r + j))[d] = x;
-    }
+    for (int i = t; i < r * D; i += THREADS) qs[i / D][i % D] = q_scaled(p, b, kvh * r + i / D, i % D);
     __syncthreads();
     const float *R = reinterpret_cast<const float *>(p.rot_k);
     const int n = t % D, part = t / D;
@@ -863,14 +864,10 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
        nothing an earlier kernel writes; it waits only before its own writes. */
     u32 qf[KS][NH][2][2];
     {
-        const float qscale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
 #pragma unroll
         for (int nh = 0; nh < NH; nh++) {
-            const int h = nh * 8 + g;
-            const u16 *qh = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + (kvh * r + min(h, r - 1)) * p.q_head_stride;
-            auto qv = [&](int d) {
-                return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(qh[d]) : bf16_to_f32(qh[d])) * qscale;
-            };
+            const int h = nh * 8 + g, qh = kvh * r + min(h, r - 1);
+            auto qv = [&](int d) { return q_scaled(p, b, qh, d); };
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll

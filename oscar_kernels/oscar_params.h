@@ -109,7 +109,7 @@ typedef struct oscar_decode_params {
     oscar_u64 q, o, lse;               /* q [b][h][D], o [b][h][D], lse [b][h] f32 (0: none) */
     oscar_i64 q_batch_stride, q_head_stride, o_batch_stride, o_head_stride; /* elements */
     oscar_u64 rot_k, rot_v;            /* [D][D] f32 (0: none) */
-    oscar_u64 ws_q, ws_o, ws_lse;      /* workspace: q' [b][h][2][D] f32 (rotated, plain);
+    oscar_u64 ws_q, ws_o, ws_lse;      /* workspace: q' mma fragments + group sums (decode.cuh);
                                           partial o [b][h][splits][D] f32; lse [b][h][splits] f32 (log2) */
     float sm_scale;                    /* softmax scale applied to q.k */
     float logit_cap;                   /* 0: none; else cap * tanh(s / cap) */
