@@ -28,6 +28,7 @@ typedef struct dcase {
     const int64_t *int2_len, *win_len;
     const int64_t *int2_cap, *win_cap; /* pool capacity per request (NULL: the lengths) */
     int int2_splits, window_splits;
+    int no_window; /* plan and run without a window tier (window lengths must be 0) */
     oscar_lse_base lse_base;
     int64_t max_int2, max_win; /* planned maxima (0: the lengths' max) */
 } dcase;
@@ -188,7 +189,7 @@ static void prob_plan(oscar_ctx *ctx, dprob *P) {
     oscar_decode_plan_desc pd = {0};
     pd.num_q_heads = P->c.Hq;
     pd.int2_pool = &P->pool;
-    pd.window_pool = &P->win;
+    pd.window_pool = P->c.no_window ? NULL : &P->win;
     pd.batch_size = P->c.B;
     pd.max_int2_tokens = P->c.max_int2;
     pd.max_window_tokens = (int32_t)P->c.max_win;
@@ -207,7 +208,7 @@ static oscar_decode_run_desc prob_run_desc(dprob *P, int dev, oscar_int2_pool_de
     pool->k_scales = dev ? P->d_ks : P->ks, pool->v_scales = dev ? P->d_vs : P->vs;
     win->k = dev ? P->d_wk : P->wk, win->v = dev ? P->d_wv : P->wv;
     rd.int2_pool = pool;
-    rd.window_pool = win;
+    rd.window_pool = P->c.no_window ? NULL : win;
     rd.int2_pages.indptr = dev ? P->d_ip : P->ip;
     rd.int2_pages.indices = dev ? P->d_idx : P->idx;
     rd.int2_pages.last_page_len = dev ? P->d_last : P->last;
@@ -594,8 +595,39 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
     for (i = 0; i < 4; i++) {
         char what[64];
         P.c.int2_splits = splits[i], P.c.window_splits = 1 + i % 3;
-        snprintf(what, sizeof what, "%d int2 splits", splits[i]);
+        snprintf(what, sizeof what, "%d int2 splits, %d window splits", splits[i], 1 + i % 3);
         prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+    }
+    free(o_ref), free(lse_ref);
+    prob_free(&P);
+    oscar_shutdown(gpu);
+}
+
+/* Without a window tier (an engine that attends its own bf16 tokens and
+   merges with merge_states): the INT2 part alone, prep -> INT2 -> merge with
+   no window kernel in between; with a soft-cap, a group of 64, and 0 (the
+   plan's choice), 1 and 9 splits. */
+Test(decode_gpu, int2_only_through_the_merge_kernel, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t il[4] = {5000, 123, 0, 16}, wl[4] = {0, 0, 0, 0};
+    static const int splits[3] = {0, 1, 9};
+    dcase c = {0};
+    dprob P;
+    double *o_ref, *lse_ref;
+    int i;
+    c.B = 4, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 64, c.ps = 16, c.wps = 16;
+    c.rot_k = c.rot_v = 1, c.int2_len = il, c.win_len = wl, c.no_window = 1, c.cap = 30.0f;
+    prob_make(&r, &c, &P);
+    prob_upload(&P);
+    o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
+    prob_reference(&P, o_ref, lse_ref);
+    for (i = 0; i < 3; i++) {
+        char what[64];
+        P.c.int2_splits = splits[i];
+        snprintf(what, sizeof what, "no window, %d int2 splits", splits[i]);
+        prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+        cr_assert(!P.plan.has_window && P.plan.kernels[1] == NULL, "%s: the plan must have no window kernel", what);
     }
     free(o_ref), free(lse_ref);
     prob_free(&P);
