@@ -80,7 +80,8 @@
         `key=value` per line, keyed by GPU name, SM count, compute capability,
         NVRTC and oscar versions and a shape bucket), else from the shipped
         table of the arch, else from heuristics. Tables come from
-        oscar_tune_decode / oscar_tune_merge or the `oscar_tune` tool; a table
+        oscar_tune_decode / oscar_tune_merge / oscar_tune_quantize or the
+        `oscar_tune` tool; a table
         made elsewhere is ignored with a log line. See tune/oscar_tune_api.h
         and docs/tuning.md.
 

@@ -195,7 +195,7 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
 
     st = OSCAR_OK;
     for (l = 0; l < d.num_layers && st == OSCAR_OK; l += OSCAR_K_MAX_QUANT_LAYERS) {
-        int32_t i, n = OSCAR__MIN(d.num_layers - l, OSCAR_K_MAX_QUANT_LAYERS), rot_here = 0;
+        int32_t i, n = OSCAR__MIN(d.num_layers - l, OSCAR_K_MAX_QUANT_LAYERS), rot_here = 0, rot_k = 0, rot_v = 0;
         p->num_layers = n;
         for (i = 0; i < n; i++) {
             const oscar_quantize_layer_desc *L = &layers[l + i];
@@ -204,15 +204,27 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
             K->rot_k = OSCAR__RCAST(uint64_t, L->k_rotation), K->rot_v = OSCAR__RCAST(uint64_t, L->v_rotation);
             K->k_codes = OSCAR__RCAST(uint64_t, L->k_codes), K->v_codes = OSCAR__RCAST(uint64_t, L->v_codes);
             K->k_scales = OSCAR__RCAST(uint64_t, L->k_scales), K->v_scales = OSCAR__RCAST(uint64_t, L->v_scales);
-            rot_here |= K->rot_k || K->rot_v;
+            rot_k |= K->rot_k != 0, rot_v |= K->rot_v != 0;
         }
+        rot_here = rot_k || rot_v;
         if (ctx->backend == OSCAR_BACKEND_CPU) {
             oscar__cpu_quantize(p, D, pool.group_size, d.src_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
         } else {
             char name[192];
             oscar__kernel *k;
             int64_t rows = d.num_tokens * H, ctas;
-            oscar__quant_tile t = force ? *force : oscar__quant_choose(ctx, D, rows, 2 * n, rot_here);
+            oscar__quant_tile t;
+            if (force) {
+                t = *force;
+            } else {
+                /* the heuristic, unless the tuning table has this bucket */
+                int32_t key[OSCAR__TUNE_MAX_KEYS];
+                t = oscar__quant_choose(ctx, D, rows, 2 * n, rot_here);
+                oscar__tune_quant_key(key, D, pool.group_size, d.src_dtype, pool.scale_layout, d.mode, rot_k + rot_v,
+                                      (p->k_clip_index >= 0) + (p->v_clip_index >= 0), rows * 2 * n);
+                oscar__tune_quant_apply(ctx, key, rot_here, &t.rows_per_warp, &t.warps_per_cta);
+            }
+            oscar__tune_last_quant[0] = t.rows_per_warp, oscar__tune_last_quant[1] = t.warps_per_cta;
             ctas = oscar__quant_ctas(ctx, D, &t, rows, 2 * n, rot_here);
             oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype, t.rows_per_warp, t.warps_per_cta);
             st = oscar__jit_get(ctx, "quantize.cuh", name, &k);

@@ -1,8 +1,9 @@
 /* tests/test_tune.c -- the autotuner without a GPU: candidate enumeration and
    validity rules, bucket keys, the table file (round trip, malformed files,
    foreign provenance, stale kernel sources, atomic writes), where a context
-   finds its table, and plans taking the table's splits (compile-only sm_90
-   context; the decode kernels are compiled, or loaded from the disk cache). */
+   finds its table, plans taking the table's splits (compile-only sm_90
+   context; the decode kernels are compiled, or loaded from the disk cache),
+   and the quantize tile taken from the table or the heuristic. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "test_util.h"
@@ -115,13 +116,75 @@ Test(tune, candidates_follow_the_validity_rules) {
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 256));
     cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 128));
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, 7, 1), "no parameter 7");
-    /* merge_states: three tiles, all valid; quantize: declared, no parameters yet */
+    /* merge_states: three tiles, all valid */
     oscar__tune_merge_key(key, 128, 2, OSCAR_DTYPE_BF16, 1000);
     n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_MERGE_STATES, key, OSCAR__TP_MRG_ROWS_PER_CTA, c);
     cr_assert(n == 3 && c[0] == 4 && c[1] == 8 && c[2] == 16, "merge rows_per_cta {4, 8, 16}, got %d", n);
-    cr_assert_eq(oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].num_params, 0);
-    cr_assert_str_eq(oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].name, "quantize");
-    cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_QUANTIZE, key, 0, c), 0);
+}
+
+Test(tune, quantize_candidates_per_class) {
+    static const struct {
+        int head_dim, group, n;
+        int32_t rows[4], warps[4];
+    } want[] = {
+        {64, 32, 4, {16, 16, 32, 32}, {4, 8, 4, 8}},
+        {128, 128, 4, {16, 16, 32, 32}, {4, 8, 4, 8}},
+        {128, 32, 4, {16, 16, 32, 32}, {4, 8, 4, 8}},
+        {256, 256, 2, {16, 16}, {2, 8}}, /* one lane holds half a row of 256: 16 rows; R fills 128 KB: 2 or 8 warps */
+    };
+    const oscar__tune_family_def *f = &oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE];
+    int32_t key[OSCAR__TUNE_MAX_KEYS], c[OSCAR__TUNE_MAX_CANDIDATES], r[OSCAR__TUNE_MAX_CANDIDATES], w[OSCAR__TUNE_MAX_CANDIDATES];
+    size_t i;
+    int j, n, rot, clip;
+    cr_assert_str_eq(f->name, "quantize");
+    cr_assert_eq(f->num_params, 2);
+    cr_assert_str_eq(f->params[OSCAR__TP_QNT_ROWS_PER_WARP].name, "rows_per_warp");
+    cr_assert_str_eq(f->params[OSCAR__TP_QNT_WARPS_PER_CTA].name, "warps_per_cta");
+    /* the family's lists are the registry's (jit/oscar_registry.h) */
+    cr_assert_eq(f->params[0].num_candidates, OSCAR__NUM_QUANT_ROWS);
+    cr_assert_eq(f->params[1].num_candidates, OSCAR__NUM_QUANT_WARPS);
+    for (j = 0; j < OSCAR__NUM_QUANT_ROWS; j++) cr_assert_eq(f->params[0].candidates[j], oscar__quant_rows_candidates[j]);
+    for (j = 0; j < OSCAR__NUM_QUANT_WARPS; j++) cr_assert_eq(f->params[1].candidates[j], oscar__quant_warps_candidates[j]);
+    for (i = 0; i < sizeof want / sizeof want[0]; i++)
+        for (rot = 0; rot <= 2; rot++)
+            for (clip = 0; clip <= 2; clip += 2) {
+                /* the classes differ in the work per row, not in which tiles exist */
+                oscar__tune_quant_key(key, want[i].head_dim, want[i].group, rot ? OSCAR_DTYPE_BF16 : OSCAR_DTYPE_F16,
+                                      OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, rot, clip, 5000);
+                n = oscar__tune_quant_tiles(key, r, w);
+                cr_assert_eq(n, want[i].n, "head_dim %d: %d tiles", want[i].head_dim, n);
+                for (j = 0; j < n; j++) {
+                    cr_assert(r[j] == want[i].rows[j] && w[j] == want[i].warps[j], "head_dim %d tile %d: %d x %d",
+                              want[i].head_dim, j, r[j], w[j]);
+                    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_ROWS_PER_WARP, r[j]));
+                    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_WARPS_PER_CTA, w[j]));
+                }
+            }
+    /* per parameter: head dim 256 has no 32-row step and no 4-warp CTA; the others no 2-warp CTA */
+    oscar__tune_quant_key(key, 256, 256, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 1 << 20);
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_ROWS_PER_WARP, 32));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_WARPS_PER_CTA, 4));
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_WARPS_PER_CTA, c);
+    cr_assert(n == 2 && c[0] == 2 && c[1] == 8, "head dim 256 warps {2, 8}, got %d", n);
+    oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 1 << 20);
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_WARPS_PER_CTA, 2));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_ROWS_PER_WARP, 64), "unlisted");
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_QUANTIZE, key, OSCAR__TP_QNT_ROWS_PER_WARP, c);
+    cr_assert(n == 2 && c[0] == 16 && c[1] == 32);
+    /* every candidate tile is an instantiation the registry compiles (test_nvrtc_compile compiles them all) */
+    for (i = 0; i < sizeof want / sizeof want[0]; i++)
+        for (j = 0; j < want[i].n; j++) {
+            char name[128];
+            int k, found = 0;
+            oscar__name_quantize(name, sizeof name, want[i].head_dim, want[i].group, OSCAR_DTYPE_F16, want[i].rows[j],
+                                 want[i].warps[j]);
+            for (k = 0; k < oscar_jit_instantiation_count() && !found; k++) {
+                const char *prog = NULL, *nm = NULL;
+                TU_OK(NULL, oscar_jit_instantiation(k, &prog, &nm));
+                found = strcmp(nm, name) == 0 && strcmp(prog, "quantize.cuh") == 0;
+            }
+            cr_assert(found, "%s is not in the registry", name);
+        }
 }
 
 Test(tune, the_merge_tiles_are_registered) {
@@ -168,15 +231,62 @@ Test(tune, bucket_keys) {
     oscar__tune_merge_key(key, 64, 3, OSCAR_DTYPE_F16, 1000);
     oscar__tune_key_text(OSCAR_TUNE_FAMILY_MERGE_STATES, key, text, sizeof text);
     cr_assert_str_eq(text, "head_dim=64 states=3 dtype=f16 rows=1024");
+    /* quantize: rows of the launch = tokens x KV heads x 2 (K, V) x layers, next power of two, capped at 2^20.
+       bench_quantize's prefill (128K tokens x 8 heads, K+V rotated and clipped): 2^21 rows -> the cap */
+    oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2,
+                          131072LL * 8 * 2);
+    oscar__tune_key_text(OSCAR_TUNE_FAMILY_QUANTIZE, key, text, sizeof text);
+    cr_assert_str_eq(text, "head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform rotated=2 clipped=2 rows=1048576");
+    /* its demotions (8 tokens per request x 8 heads x 2 x 36 layers; K rotated, V absorbed) */
+    {
+        static const int64_t req[3] = {1, 32, 256}, bucket[3] = {8192, 262144, 1048576};
+        int i;
+        for (i = 0; i < 3; i++) {
+            char want[256];
+            oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 1,
+                                  2, req[i] * 8 * 8 * 2 * 36);
+            oscar__tune_key_text(OSCAR_TUNE_FAMILY_QUANTIZE, key, text, sizeof text);
+            snprintf(want, sizeof want,
+                     "head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform rotated=1 clipped=2 rows=%lld",
+                     (long long)bucket[i]);
+            cr_assert_str_eq(text, want);
+        }
+    }
+    oscar__tune_quant_key(key, 64, 32, OSCAR_DTYPE_F16, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, OSCAR_QUANT_MODE_LLOYD_MAX, 0, 0, 1);
+    oscar__tune_key_text(OSCAR_TUNE_FAMILY_QUANTIZE, key, text, sizeof text);
+    cr_assert_str_eq(text, "head_dim=64 group=32 dtype=f16 scale=f32_scale_zero mode=lloyd_max rotated=0 clipped=0 rows=1");
+    {
+        /* 5000 and 8192 rows share a bucket, 8193 does not; every field is part of the key */
+        int32_t a[OSCAR__TUNE_MAX_KEYS], b[OSCAR__TUNE_MAX_KEYS];
+        oscar__tune_quant_key(a, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 5000);
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 8192);
+        cr_assert(memcmp(a, b, sizeof a) == 0);
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 8193);
+        cr_assert(memcmp(a, b, sizeof a) != 0);
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 0, 5000);
+        cr_assert(memcmp(a, b, sizeof a) != 0, "clipped is part of the key");
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 1, 2, 5000);
+        cr_assert(memcmp(a, b, sizeof a) != 0, "rotated is part of the key");
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_F16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 5000);
+        cr_assert(memcmp(a, b, sizeof a) != 0, "src is part of the key");
+        oscar__tune_quant_key(b, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2, 1LL << 40);
+        cr_assert_eq(b[OSCAR__TK_QNT_ROWS], 1 << 20, "capped");
+        cr_assert(oscar__tune_key_value_ok(OSCAR_TUNE_FAMILY_QUANTIZE, OSCAR__TK_QNT_ROWS, 1 << 20));
+        cr_assert(!oscar__tune_key_value_ok(OSCAR_TUNE_FAMILY_QUANTIZE, OSCAR__TK_QNT_ROWS, 1 << 21));
+    }
 }
 
 /* ---- the file -------------------------------------------------------------------- */
-/* A valid table for ctx (compile-only sm_90): two decode entries and one merge entry. */
+/* A valid table for ctx (compile-only sm_90): two decode entries, one merge
+   entry, two quantize entries (a tuned tile; the heuristic won). */
+#define QNT_PREFILL_BUCKET "head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform rotated=2 clipped=2 rows=1048576"
+#define QNT_DEMOTE_BUCKET "head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform rotated=1 clipped=2 rows=8192"
 static void valid_table(oscar_ctx *ctx, char *out, size_t cap) {
-    char prov[512], dsrc[17], msrc[17];
+    char prov[512], dsrc[17], msrc[17], qsrc[17];
     provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
     oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
     oscar__tune_family_digest(OSCAR_TUNE_FAMILY_MERGE_STATES, msrc);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_QUANTIZE, qsrc);
     snprintf(out, cap,
              "# a comment\n"
              "oscar-tune-table format=1\n"
@@ -186,8 +296,10 @@ static void valid_table(oscar_ctx *ctx, char *out, size_t cap) {
              "int2_splits=8 window_splits=4 default_us=71.100 tuned_us=60.250\n"
              "  decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=8 context=32768 "
              "src=%s default_us=476.000 tuned_us=476.000\r\n"
-             "merge_states head_dim=128 states=2 dtype=bf16 rows=256 src=%s rows_per_cta=16\n",
-             prov, dsrc, dsrc, msrc);
+             "merge_states head_dim=128 states=2 dtype=bf16 rows=256 src=%s rows_per_cta=16\n"
+             "quantize " QNT_PREFILL_BUCKET " src=%s rows_per_warp=16 warps_per_cta=4 default_us=615.000 tuned_us=600.500\n"
+             "quantize " QNT_DEMOTE_BUCKET " src=%s default_us=20.000 tuned_us=20.000\n",
+             prov, dsrc, dsrc, msrc, qsrc, qsrc);
 }
 
 Test(tune, table_round_trip) {
@@ -207,7 +319,7 @@ Test(tune, table_round_trip) {
     ctx = compile_only_ctx(path);
     TU_OK(ctx, oscar_query_tune_info(ctx, &info));
     cr_assert_str_eq(info.path, path);
-    cr_assert(info.has_table && info.num_entries == 3, "has %d, %d entries; log:\n%s", info.has_table, info.num_entries,
+    cr_assert(info.has_table && info.num_entries == 5, "has %d, %d entries; log:\n%s", info.has_table, info.num_entries,
               log_text);
     cr_assert_str_eq(info.provenance.gpu_name, "NVIDIA H200");
     cr_assert_eq(info.provenance.num_sms, 132);
@@ -233,10 +345,20 @@ Test(tune, table_round_trip) {
     cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_WINDOW_SPLITS], 4);
     cr_assert_eq(a->entries[1].params_set, 0u, "an entry without parameters keeps the heuristic");
     cr_assert_eq(a->entries[2].params[OSCAR__TP_MRG_ROWS_PER_CTA], 16);
+    cr_assert_eq(a->entries[3].family, OSCAR_TUNE_FAMILY_QUANTIZE);
+    cr_assert_eq(a->entries[3].key[OSCAR__TK_QNT_ROWS], 1 << 20);
+    cr_assert_eq(a->entries[3].key[OSCAR__TK_QNT_ROTATED], 2);
+    cr_assert_eq(a->entries[3].key[OSCAR__TK_QNT_MODE], OSCAR_QUANT_MODE_UNIFORM);
+    cr_assert_eq(a->entries[3].params[OSCAR__TP_QNT_ROWS_PER_WARP], 16);
+    cr_assert_eq(a->entries[3].params[OSCAR__TP_QNT_WARPS_PER_CTA], 4);
+    cr_assert_float_eq(a->entries[3].tuned_us, 600.5, 1e-9);
+    cr_assert_eq(a->entries[4].params_set, 0u);
     first = strdup(read_text(path2));
     TU_OK(ctx2, oscar_tune_table_save(ctx2, NULL)); /* NULL: its own path */
     cr_assert_str_eq(read_text(path2), first, "a second write differs");
     cr_assert(strstr(first, "window_splits=4") && strstr(first, "gpu=\"NVIDIA H200\""), "%s", first);
+    cr_assert(strstr(first, "quantize " QNT_PREFILL_BUCKET " src=") && strstr(first, "rows_per_warp=16 warps_per_cta=4"), "%s",
+              first);
     free(first);
     oscar_shutdown(ctx2);
     oscar_shutdown(ctx);
@@ -269,14 +391,36 @@ Test(tune, malformed_files_are_rejected_with_the_line) {
         {"oscar-tune-table format=1\n", "no provenance record"},
         {"", "no \"oscar-tune-table\" header"},
         {"oscar-tune-table format=1\n\x01\x02\n", ":2: control character"},
+        /* quantize: head dim 256 has no 32-row tile and no 4-warp CTA */
+        {"oscar-tune-table format=1\n@PROV@@QNT@ rows_per_warp=32\n", "rows_per_warp = 32 is not a valid candidate"},
+        {"oscar-tune-table format=1\n@PROV@@QNT@ warps_per_cta=4\n", "warps_per_cta = 4 is not a valid candidate"},
+        {"oscar-tune-table format=1\n@PROV@@QNT@ rows_per_warp=16 warps_per_cta=8 warps_per_cta=8\n", "appears twice"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform "
+         "rotated=2 clipped=2 rows=3000 src=0123456789abcdef\n", "rows = \"3000\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform "
+         "rotated=2 clipped=2 rows=2097152 src=0123456789abcdef\n", "rows = \"2097152\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=fast "
+         "rotated=2 clipped=2 rows=4096 src=0123456789abcdef\n", "mode = \"fast\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=f32 scale=f16_scale_min mode=uniform "
+         "rotated=2 clipped=2 rows=4096 src=0123456789abcdef\n", "dtype = \"f32\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform "
+         "rotated=3 clipped=2 rows=4096 src=0123456789abcdef\n", "rotated = \"3\" is not a bucket value"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 dtype=bf16 scale=f16_scale_min mode=uniform "
+         "rotated=2 rows=4096 src=0123456789abcdef\n", "quantize entry lacks its bucket field clipped"},
+        {"oscar-tune-table format=1\n@PROV@quantize head_dim=128 group=128 tokens=1024 src=0123456789abcdef\n",
+         "quantize has no field \"tokens\""},
     };
-    char dec[512], prov[512], text[4096], dsrc[17];
+    char dec[512], qnt[512], prov[512], text[4096], dsrc[17], qsrc[17];
     oscar_ctx *ctx = compile_only_ctx(NULL);
     size_t i;
     oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
     provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
     snprintf(dec, sizeof dec,
              "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 src=%s", dsrc);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_QUANTIZE, qsrc);
+    snprintf(qnt, sizeof qnt,
+             "quantize head_dim=256 group=256 dtype=bf16 scale=f16_scale_min mode=uniform rotated=2 clipped=2 rows=1048576 src=%s",
+             qsrc);
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         oscar__tune_table *t = (oscar__tune_table *)0x1;
         const char *s = bad[i][0];
@@ -286,6 +430,7 @@ Test(tune, malformed_files_are_rejected_with_the_line) {
         while (*s && n + 600 < sizeof text) {
             if (!strncmp(s, "@PROV@", 6)) n += (size_t)snprintf(text + n, sizeof text - n, "%s", prov), s += 6;
             else if (!strncmp(s, "@DEC@", 5)) n += (size_t)snprintf(text + n, sizeof text - n, "%s", dec), s += 5;
+            else if (!strncmp(s, "@QNT@", 5)) n += (size_t)snprintf(text + n, sizeof text - n, "%s", qnt), s += 5;
             else text[n++] = *s++;
         }
         text[n] = 0;
@@ -360,6 +505,7 @@ Test(tune, foreign_tables_are_ignored_with_a_log_line) {
     oscar_ctx_info ci;
     oscar_tune_info info;
     oscar_tune_provenance h200, t;
+    char qsrc[17];
     static const struct {
         int cc, nvrtc_delta;
         const char *version, *what;
@@ -370,6 +516,7 @@ Test(tune, foreign_tables_are_ignored_with_a_log_line) {
     make_tmp_dir();
     TU_OK(ctx, oscar_query_ctx_info(ctx, &ci));
     oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_QUANTIZE, qsrc);
     oscar_shutdown(ctx);
     snprintf(path, sizeof path, "%s/foreign.txt", tmp_dir);
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -378,13 +525,22 @@ Test(tune, foreign_tables_are_ignored_with_a_log_line) {
                  ci.nvrtc_version + cases[i].nvrtc_delta, cases[i].version);
         snprintf(text, sizeof text,
                  "oscar-tune-table format=1\n%sdecode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min "
-                 "window=512 batch=1 context=8192 src=%s int2_splits=8\n",
-                 prov, dsrc);
+                 "window=512 batch=1 context=8192 src=%s int2_splits=8\n"
+                 "quantize " QNT_PREFILL_BUCKET " src=%s rows_per_warp=16 warps_per_cta=4\n",
+                 prov, dsrc, qsrc);
         write_text(path, text);
         log_text[0] = 0;
         ctx = compile_only_ctx(path);
         TU_OK(ctx, oscar_query_tune_info(ctx, &info));
         cr_assert_eq(info.has_table, 0, "case %zu: a foreign table was loaded", i);
+        {
+            /* its quantize entry too: the heuristic's tile stays */
+            int32_t key[OSCAR__TUNE_MAX_KEYS], r = 32, w = 8;
+            oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2,
+                                  2, 131072LL * 16);
+            oscar__tune_quant_apply(ctx, key, 1, &r, &w);
+            cr_assert(r == 32 && w == 8, "case %zu: a foreign quantize entry was applied (%d x %d)", i, r, w);
+        }
         cr_assert(strstr(log_text, "[2] tuning table") && strstr(log_text, "ignored: tuned on") &&
                       strstr(log_text, cases[i].what),
                   "case %zu: log lacks \"%s\":\n%s", i, cases[i].what, log_text);
@@ -428,27 +584,41 @@ Test(tune, foreign_tables_are_ignored_with_a_log_line) {
 }
 
 Test(tune, entries_for_other_kernel_sources_are_dropped) {
-    char path[600], prov[512], text[4096], dsrc[17];
+    char path[600], prov[512], text[4096], dsrc[17], qsrc[17];
     oscar_ctx *ctx = compile_only_ctx(NULL);
     oscar_tune_info info;
     make_tmp_dir();
     snprintf(path, sizeof path, "%s/stale.txt", tmp_dir);
     provenance_line(ctx, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
     oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_QUANTIZE, qsrc);
     oscar_shutdown(ctx);
+    /* a quantize entry of the decode family's digest is stale too: src is per family */
     snprintf(text, sizeof text,
              "oscar-tune-table format=1\n%s"
              "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 "
              "src=0000000000000000 int2_splits=8\n"
              "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=2 context=8192 "
-             "src=%s int2_splits=4\n",
-             prov, dsrc);
+             "src=%s int2_splits=4\n"
+             "quantize " QNT_PREFILL_BUCKET " src=0000000000000000 rows_per_warp=16 warps_per_cta=4\n"
+             "quantize " QNT_DEMOTE_BUCKET " src=%s rows_per_warp=32 warps_per_cta=8\n"
+             "quantize head_dim=64 group=64 dtype=bf16 scale=f16_scale_min mode=uniform rotated=2 clipped=2 rows=8192 src=%s "
+             "rows_per_warp=32 warps_per_cta=4\n",
+             prov, dsrc, dsrc, qsrc);
     write_text(path, text);
     log_text[0] = 0;
     ctx = compile_only_ctx(path);
     TU_OK(ctx, oscar_query_tune_info(ctx, &info));
-    cr_assert(info.has_table && info.num_entries == 1, "expected the one current entry, got %d", info.num_entries);
+    cr_assert(info.has_table && info.num_entries == 2, "expected the two current entries, got %d", info.num_entries);
     cr_assert(strstr(log_text, "1 decode entries ignored: tuned for other kernel sources") != NULL, "log:\n%s", log_text);
+    cr_assert(strstr(log_text, "2 quantize entries ignored: tuned for other kernel sources") != NULL, "log:\n%s", log_text);
+    {
+        int32_t key[OSCAR__TUNE_MAX_KEYS], r = 32, w = 8;
+        oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2,
+                              131072LL * 16);
+        oscar__tune_quant_apply(ctx, key, 1, &r, &w);
+        cr_assert(r == 32 && w == 8, "a stale quantize entry was applied (%d x %d)", r, w);
+    }
     oscar_shutdown(ctx);
     remove_tmp_dir();
 }
@@ -586,6 +756,74 @@ Test(tune, plans_take_the_table_and_fall_back_to_the_heuristic, .timeout = 600) 
     remove_tmp_dir();
 }
 
+/* The tile oscar_quantize_kv takes for a bucket, from the heuristic's (r, w). */
+static void quant_tile(oscar_ctx *ctx, int64_t rows, int rotated, int32_t r, int32_t w,
+                       int32_t *out_r, int32_t *out_w) {
+    int32_t key[OSCAR__TUNE_MAX_KEYS];
+    oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, rotated, 2,
+                          rows);
+    *out_r = r, *out_w = w;
+    oscar__tune_quant_apply(ctx, key, rotated > 0, out_r, out_w);
+}
+
+Test(tune, quantize_takes_the_table_and_falls_back_to_the_heuristic) {
+    char path[600], text[4096];
+    oscar_ctx *ctx, *bare;
+    int32_t r, w;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    bare = compile_only_ctx(NULL);
+    valid_table(bare, text, sizeof text);
+    write_text(path, text);
+    ctx = compile_only_ctx(path);
+    /* the table's tile for its bucket (prefill: K+V rotated, 2^20+ rows): 16 x 4 over the heuristic's 32 x 8 */
+    quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    cr_assert(r == 16 && w == 4, "prefill bucket: %d x %d, the table says 16 x 4", r, w);
+    quant_tile(ctx, 600000, 2, 32, 8, &r, &w); /* 2^20 bucket as well */
+    cr_assert(r == 16 && w == 4);
+    /* an entry without parameters (the heuristic won): the heuristic's */
+    quant_tile(ctx, 4608, 1, 16, 4, &r, &w);
+    cr_assert(r == 16 && w == 4, "demotion bucket: %d x %d", r, w);
+    quant_tile(ctx, 4608, 1, 32, 8, &r, &w);
+    cr_assert(r == 32 && w == 8, "demotion bucket keeps whatever the heuristic chose: %d x %d", r, w);
+    /* buckets the table does not hold: another row count, another rotation: the heuristic */
+    quant_tile(ctx, 300000, 2, 32, 8, &r, &w);
+    cr_assert(r == 32 && w == 8, "2^19 rows: %d x %d", r, w);
+    quant_tile(ctx, 131072LL * 8 * 2, 1, 32, 8, &r, &w);
+    cr_assert(r == 32 && w == 8, "K-only rotation: %d x %d", r, w);
+    /* no table: the heuristic */
+    quant_tile(bare, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    cr_assert(r == 32 && w == 8);
+    /* a tuning run's default (lookups off) sees the heuristic; its candidates force their tile */
+    oscar__tune_suppress = 1;
+    quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    oscar__tune_suppress = 0;
+    cr_assert(r == 32 && w == 8);
+    oscar__tune_force_quant[0] = 32, oscar__tune_force_quant[1] = 4;
+    quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    oscar__tune_force_quant[0] = oscar__tune_force_quant[1] = 0;
+    cr_assert(r == 32 && w == 4);
+    /* a table tile that does not fit this device's shared memory is not applied (a made-up device with 48 KB) */
+    {
+        int32_t co = ctx->compile_only, smem = ctx->max_smem_optin;
+        ctx->compile_only = 0, ctx->max_smem_optin = 48 * 1024;
+        quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+        ctx->compile_only = co, ctx->max_smem_optin = smem;
+        cr_assert(r == 32 && w == 8, "16 x 4 with R needs %lld bytes: %d x %d", (long long)oscar__quant_smem_bytes(128, 16, 4, 1),
+                  r, w);
+    }
+    /* a cleared table: the heuristic; loaded again: the table */
+    TU_OK(ctx, oscar_tune_table_clear(ctx));
+    quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    cr_assert(r == 32 && w == 8);
+    TU_OK(ctx, oscar_tune_table_load(ctx, path));
+    quant_tile(ctx, 131072LL * 8 * 2, 2, 32, 8, &r, &w);
+    cr_assert(r == 16 && w == 4);
+    oscar_shutdown(ctx);
+    oscar_shutdown(bare);
+    remove_tmp_dir();
+}
+
 Test(tune, tuning_needs_a_device) {
     oscar_ctx *ctx = compile_only_ctx(NULL);
     oscar_tune_decode_desc d = {0};
@@ -596,6 +834,12 @@ Test(tune, tuning_needs_a_device) {
     cr_assert(strstr(oscar_last_error(ctx), "compile-only") != NULL, "%s", oscar_last_error(ctx));
     m.head_dim = 128, m.num_shapes = 1, m.shapes = &s;
     cr_assert_eq(oscar_tune_merge(ctx, &m, NULL), OSCAR_STATUS_NEEDS_DEVICE);
+    {
+        oscar_tune_quantize_desc q = {0};
+        q.num_kv_heads = 8, q.head_dim = 128, q.num_shapes = 1, q.shapes = &s;
+        cr_assert_eq(oscar_tune_quantize(ctx, &q, NULL), OSCAR_STATUS_NEEDS_DEVICE);
+        cr_assert(strstr(oscar_last_error(ctx), "oscar_tune_quantize") != NULL, "%s", oscar_last_error(ctx));
+    }
     cr_assert_eq(oscar_tune_decode(NULL, &d, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
     oscar_shutdown(ctx);
 }

@@ -4,7 +4,11 @@
    times per timed run) rejects the first, never keeps the second, never keeps
    anything slower than the default, stores its result so the next plan takes
    it, and writes a table the device context loads back; a merge_states run
-   finds every tile bit-identical to the default. */
+   finds every tile bit-identical to the default; quantize runs (a prefill
+   with a test hook corrupting the 8-warp tiles, a gathered multi-layer
+   demotion) reject exactly the corrupted tiles, and oscar_quantize_kv then
+   takes the table's tile (a forced tile still wins) with codes and scales
+   bit-identical to the default tile's. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "test_util.h"
@@ -127,5 +131,167 @@ Test(tune_gpu, merge_tiles_are_bit_identical, .timeout = 600) {
         cr_assert_eq(rep[i].num_rejected, 0, "a tile changed the output: %s", rep[i].rejected);
         cr_assert(rep[i].tuned_us <= rep[i].default_us);
     }
+    oscar_shutdown(ctx);
+}
+
+/* ---- quantize ---------------------------------------------------------------- */
+typedef struct qnt_problem {
+    oscar_int2_pool_desc pool;
+    oscar_quantize_desc d;
+    size_t code_bytes, scale_bytes;
+    void *src_k, *src_v, *rot, *slots;
+} qnt_problem;
+
+/* T tokens x 8 KV heads x D 128 of random bf16 rows, K and V rotated by a
+   normalised Hadamard matrix, clip .96/.92, dense, into a pool of 16-token pages. */
+static void qnt_problem_make(oscar_ctx *ctx, qnt_problem *p, int64_t T) {
+    const int D = 128, H = 8;
+    size_t n = (size_t)T * H * D, i;
+    uint16_t *h = tu_xmalloc(n * 2);
+    float *R = tu_xmalloc(sizeof(float) * D * D);
+    int32_t *sl = tu_xmalloc(sizeof(int32_t) * (size_t)T);
+    tu_rng r = tu_seed();
+    int x, y;
+    memset(p, 0, sizeof *p);
+    p->pool.head_dim = D, p->pool.num_kv_heads = H, p->pool.page_size = 16, p->pool.num_pages = (int32_t)((T + 15) / 16);
+    TU_OK(ctx, oscar_int2_pool_bytes(ctx, &p->pool, &p->code_bytes, &p->scale_bytes));
+    for (i = 0; i < n; i++) h[i] = oscar__f32_to_bf16((float)(tu_normal(&r) * ((i % 128) % 17 == 3 ? 20 : 1)));
+    p->src_k = tu_dev_upload(h, n * 2);
+    for (i = 0; i < n; i++) h[i] = oscar__f32_to_bf16((float)tu_normal(&r));
+    p->src_v = tu_dev_upload(h, n * 2);
+    for (x = 0; x < D; x++)
+        for (y = 0; y < D; y++) R[x * D + y] = (__builtin_popcount((unsigned)(x & y)) & 1 ? -1.0f : 1.0f) / sqrtf((float)D);
+    p->rot = tu_dev_upload(R, sizeof(float) * D * D);
+    for (i = 0; i < (size_t)T; i++) sl[i] = (int32_t)i;
+    p->slots = tu_dev_upload(sl, sizeof(int32_t) * (size_t)T);
+    p->pool.k_codes = tu_dev_alloc(p->code_bytes), p->pool.v_codes = tu_dev_alloc(p->code_bytes);
+    p->pool.k_scales = tu_dev_alloc(p->scale_bytes), p->pool.v_scales = tu_dev_alloc(p->scale_bytes);
+    p->d.pool = &p->pool, p->d.src_k = p->src_k, p->d.src_v = p->src_v;
+    p->d.k_rotation = p->rot, p->d.v_rotation = p->rot;
+    p->d.num_tokens = T, p->d.dst_slots = p->slots;
+    p->d.k_clip_ratio = 0.96f, p->d.v_clip_ratio = 0.92f;
+    free(h), free(R), free(sl);
+}
+static void qnt_problem_free(qnt_problem *p) {
+    cudaFree(p->src_k), cudaFree(p->src_v), cudaFree(p->rot), cudaFree(p->slots);
+    cudaFree(p->pool.k_codes), cudaFree(p->pool.v_codes), cudaFree(p->pool.k_scales), cudaFree(p->pool.v_scales);
+}
+/* Runs the quantize (force NULL: the table or the heuristic decides) on
+   poisoned pools; returns K codes, V codes, K scales, V scales in one host
+   buffer and the tile the launch took. */
+static uint8_t *qnt_run(oscar_ctx *ctx, qnt_problem *p, const oscar__quant_tile *force, int32_t tile[2]) {
+    uint8_t *h = tu_xmalloc(2 * (p->code_bytes + p->scale_bytes));
+    TU_CUDA(cudaMemset(p->pool.k_codes, 0xFF, p->code_bytes));
+    TU_CUDA(cudaMemset(p->pool.v_codes, 0xFF, p->code_bytes));
+    TU_CUDA(cudaMemset(p->pool.k_scales, 0xFF, p->scale_bytes));
+    TU_CUDA(cudaMemset(p->pool.v_scales, 0xFF, p->scale_bytes));
+    oscar__tune_last_quant[0] = oscar__tune_last_quant[1] = 0;
+    TU_OK(ctx, oscar__quantize_kv_tiled(ctx, &p->d, NULL, force));
+    TU_CUDA(cudaDeviceSynchronize());
+    tile[0] = oscar__tune_last_quant[0], tile[1] = oscar__tune_last_quant[1];
+    tu_dev_download(h, p->pool.k_codes, p->code_bytes);
+    tu_dev_download(h + p->code_bytes, p->pool.v_codes, p->code_bytes);
+    tu_dev_download(h + 2 * p->code_bytes, p->pool.k_scales, p->scale_bytes);
+    tu_dev_download(h + 2 * p->code_bytes + p->scale_bytes, p->pool.v_scales, p->scale_bytes);
+    return h;
+}
+
+Test(tune_gpu, quantize_rejects_wrong_tiles_and_the_table_tile_is_applied, .timeout = 900) {
+    oscar_ctx *ctx = gpu_ctx_with_table();
+    oscar_tune_quantize_desc pq = {0}, dq = {0};
+    /* 2048 tokens x 8 heads x 2 = 32768 rows: below the heuristic's 32-row threshold on an H200 (16 x 4) */
+    oscar_tune_shape prefill = {1, 2048}, demote[2] = {{36, 8 * 4}, {36, 8 * 64}};
+    oscar_tune_report rep, drep[2];
+    oscar_tune_info info;
+    oscar__tune_entry e;
+    oscar__quant_tile def, forced;
+    int32_t key[OSCAR__TUNE_MAX_KEYS], tile[2], want[2];
+    qnt_problem p;
+    uint8_t *ref, *out;
+    size_t bytes;
+    int i;
+
+    /* a prefill with every 8-warp tile corrupted by the test hook */
+    pq.num_kv_heads = 8, pq.head_dim = 128, pq.k_clip_ratio = 0.96f, pq.v_clip_ratio = 0.92f;
+    pq.num_shapes = 1, pq.shapes = &prefill, pq.repeats = 10;
+    oscar__tune_hooks.corrupt_quant_warps = 8;
+    TU_OK(ctx, oscar_tune_quantize(ctx, &pq, &rep));
+    oscar__tune_hooks.corrupt_quant_warps = 0;
+    print_report("quantize", &rep);
+    cr_assert(strstr(rep.key, "rotated=2 clipped=2 rows=32768") != NULL, "%s", rep.key);
+    cr_assert_eq(sscanf(rep.default_params, "rows_per_warp=%d warps_per_cta=%d", &def.rows_per_warp, &def.warps_per_cta), 2);
+    def.ctas = 0;
+    cr_assert(def.warps_per_cta != 8, "the hook needs a default of 4 warps; it is %s", rep.default_params);
+    cr_assert_eq(rep.num_candidates, 4, "head dim 128 has 4 tiles, got %d", rep.num_candidates);
+    cr_assert_eq(rep.num_rejected, 2, "expected the 2 eight-warp tiles rejected: %s", rep.rejected);
+    cr_assert(strstr(rep.rejected, "warps_per_cta=8 (codes differ") != NULL, "rejected: %s", rep.rejected);
+    cr_assert(strstr(rep.params, "warps_per_cta=8") == NULL, "a rejected tile was kept: %s", rep.params);
+    cr_assert(rep.default_us > 0 && rep.tuned_us > 0 && rep.tuned_us <= rep.default_us);
+    if (!rep.improved) cr_assert_str_eq(rep.params, rep.default_params);
+
+    /* demotion: 36 layers in one launch, rows gathered from a paged cache; every tile bit-identical */
+    dq.num_kv_heads = 8, dq.head_dim = 128, dq.rotation = 1, dq.k_clip_ratio = 0.96f, dq.v_clip_ratio = 0.92f;
+    dq.src_page_size = 16, dq.page_size = 1, dq.num_shapes = 2, dq.shapes = demote, dq.repeats = 10;
+    TU_OK(ctx, oscar_tune_quantize(ctx, &dq, drep));
+    for (i = 0; i < 2; i++) {
+        print_report("quantize", &drep[i]);
+        cr_assert(strstr(drep[i].key, "rotated=1 clipped=2") != NULL, "%s", drep[i].key);
+        cr_assert_eq(drep[i].num_candidates, 4);
+        cr_assert_eq(drep[i].num_rejected, 0, "a tile changed the codes: %s", drep[i].rejected);
+        cr_assert(drep[i].tuned_us <= drep[i].default_us);
+    }
+
+    /* a quantize call of the prefill's bucket (1500 tokens: 24000 rows, bucket 32768) takes the table's tile */
+    qnt_problem_make(ctx, &p, 1500);
+    bytes = 2 * (p.code_bytes + p.scale_bytes);
+    oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2,
+                          1500 * 8 * 2);
+    cr_assert(oscar__tune_lookup(ctx, OSCAR_TUNE_FAMILY_QUANTIZE, key, &e), "the tuning run stored no entry for its bucket");
+    want[0] = (e.params_set & 1u) ? e.params[OSCAR__TP_QNT_ROWS_PER_WARP] : def.rows_per_warp;
+    want[1] = (e.params_set & 2u) ? e.params[OSCAR__TP_QNT_WARPS_PER_CTA] : def.warps_per_cta;
+    ref = qnt_run(ctx, &p, &def, tile);
+    cr_assert(tile[0] == def.rows_per_warp && tile[1] == def.warps_per_cta);
+    out = qnt_run(ctx, &p, NULL, tile);
+    cr_assert(tile[0] == want[0] && tile[1] == want[1], "took %d x %d; the table says %d x %d", tile[0], tile[1], want[0],
+              want[1]);
+    cr_assert(memcmp(out, ref, bytes) == 0, "the tuned tile's codes differ from the default's");
+    free(out);
+    /* a table entry with another tile: taken, same bits */
+    e.params[OSCAR__TP_QNT_ROWS_PER_WARP] = def.rows_per_warp == 32 ? 16 : 32;
+    e.params[OSCAR__TP_QNT_WARPS_PER_CTA] = 8;
+    e.params_set = 3u;
+    TU_OK(ctx, oscar__tune_store(ctx, "test", &e, 0.0));
+    out = qnt_run(ctx, &p, NULL, tile);
+    cr_assert(tile[0] == e.params[0] && tile[1] == 8, "took %d x %d; the table says %d x 8", tile[0], tile[1], e.params[0]);
+    cr_assert(memcmp(out, ref, bytes) == 0, "the table tile's codes differ from the default's");
+    free(out);
+    /* a forced tile wins over the table */
+    forced.rows_per_warp = e.params[0] == 32 ? 16 : 32, forced.warps_per_cta = 4, forced.ctas = 0;
+    out = qnt_run(ctx, &p, &forced, tile);
+    cr_assert(tile[0] == forced.rows_per_warp && tile[1] == 4, "forced %d x 4, took %d x %d", forced.rows_per_warp, tile[0],
+              tile[1]);
+    cr_assert(memcmp(out, ref, bytes) == 0);
+    free(out);
+    /* through the public call, too */
+    oscar__tune_last_quant[0] = 0;
+    TU_OK(ctx, oscar_quantize_kv(ctx, &p.d, NULL));
+    cr_assert_eq(oscar__tune_last_quant[0], e.params[0]);
+    free(ref);
+    qnt_problem_free(&p);
+
+    /* the table file holds the three quantize entries and loads back */
+    TU_OK(ctx, oscar_tune_table_save(ctx, NULL));
+    TU_OK(ctx, oscar_tune_table_clear(ctx));
+    TU_OK(ctx, oscar_tune_table_load(ctx, tmp_table));
+    TU_OK(ctx, oscar_query_tune_info(ctx, &info));
+    cr_assert_eq(info.num_entries, 3);
+    {
+        FILE *f = fopen(tmp_table, "r");
+        char line[1024];
+        cr_assert(f != NULL);
+        while (fgets(line, sizeof line, f)) printf("  %s", line);
+        fclose(f);
+    }
+    unlink(tmp_table);
     oscar_shutdown(ctx);
 }

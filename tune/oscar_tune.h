@@ -18,7 +18,7 @@
 
 /* ---- families ------------------------------------------------------------ */
 /* How a bucket field is written: a number, or one of an enum's names. */
-enum { OSCAR__TUNE_KEY_INT = 0, OSCAR__TUNE_KEY_SCALE, OSCAR__TUNE_KEY_DTYPE };
+enum { OSCAR__TUNE_KEY_INT = 0, OSCAR__TUNE_KEY_SCALE, OSCAR__TUNE_KEY_DTYPE, OSCAR__TUNE_KEY_MODE };
 
 typedef struct oscar__tune_param_def {
     const char *name;
@@ -53,7 +53,26 @@ enum {
 enum { OSCAR__TP_DEC_INT2_SPLITS = 0, OSCAR__TP_DEC_WINDOW_SPLITS };
 enum { OSCAR__TK_MRG_HEAD_DIM = 0, OSCAR__TK_MRG_STATES, OSCAR__TK_MRG_DTYPE, OSCAR__TK_MRG_ROWS };
 enum { OSCAR__TP_MRG_ROWS_PER_CTA = 0 };
-enum { OSCAR__TK_QNT_HEAD_DIM = 0, OSCAR__TK_QNT_GROUP, OSCAR__TK_QNT_TOKENS };
+/* Quantize keys: what selects the instantiation (head dim, group size, source
+   dtype) and what changes the work per row (scale layout, mode, how many of K
+   and V are rotated, how many are clipped), then the launch's rows (every KV
+   head of every token, K and V, of every layer in the launch) as a power of
+   two capped at OSCAR__TUNE_QNT_ROWS_CAP. */
+enum {
+    OSCAR__TK_QNT_HEAD_DIM = 0,
+    OSCAR__TK_QNT_GROUP,
+    OSCAR__TK_QNT_SRC,
+    OSCAR__TK_QNT_SCALE,
+    OSCAR__TK_QNT_MODE,
+    OSCAR__TK_QNT_ROTATED,
+    OSCAR__TK_QNT_CLIPPED,
+    OSCAR__TK_QNT_ROWS
+};
+enum { OSCAR__TP_QNT_ROWS_PER_WARP = 0, OSCAR__TP_QNT_WARPS_PER_CTA };
+/* Above 2^20 rows (15 full waves of an H200 at 32-row warp steps) a launch is
+   throughput-bound: a larger one changes only its tail, so they share the
+   bucket (128K prefill tokens x 8 KV heads, K and V, is 2^21 rows). */
+#define OSCAR__TUNE_QNT_ROWS_CAP (OSCAR__CAST(int64_t, 1) << 20)
 
 /* The INT2 and window kernels take 32 and 16 tokens per step: a split smaller
    than one step is an empty CTA. */
@@ -79,14 +98,16 @@ static const oscar__tune_family_def oscar__tune_families[OSCAR__TUNE_FAMILY_COUN
      1,
      {{"rows_per_cta", 3, {4, 8, 16}}},
      {"merge.cuh", "common.cuh", "oscar_params.h"}},
-    /* quantize: declared so tables and tools know it; its tile parameters
-       are added here when quantize.cuh exposes them */
+    /* quantize: the tile of quantize_kernel<D, G, SRC, ROWS, WARPS>; the
+       candidate lists are jit/oscar_registry.h's (a test checks they agree),
+       the registry decides which pairs exist per head dim */
     {"quantize",
-     3,
-     {"head_dim", "group", "tokens"},
-     {OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
-     0,
-     {{0, 0, {0}}},
+     8,
+     {"head_dim", "group", "dtype", "scale", "mode", "rotated", "clipped", "rows"},
+     {OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_DTYPE, OSCAR__TUNE_KEY_SCALE, OSCAR__TUNE_KEY_MODE,
+      OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
+     2,
+     {{"rows_per_warp", 2, {16, 32}}, {"warps_per_cta", 3, {2, 4, 8}}},
      {"quantize.cuh", "common.cuh", "oscar_params.h"}},
 };
 
@@ -128,7 +149,12 @@ OSCAR__PRIVATE int oscar__tune_key_value_ok(int32_t family, int32_t k, int64_t v
         switch (k) {
         case OSCAR__TK_QNT_HEAD_DIM: return v == 64 || v == 128 || v == 256;
         case OSCAR__TK_QNT_GROUP: return v == 32 || v == 64 || v == 128 || v == 256;
-        case OSCAR__TK_QNT_TOKENS: return v == 0 || (oscar__is_pow2(v) && v <= (OSCAR__CAST(int64_t, 1) << 31));
+        case OSCAR__TK_QNT_SRC: return v == OSCAR_DTYPE_BF16 || v == OSCAR_DTYPE_F16;
+        case OSCAR__TK_QNT_SCALE: return v > 0 && v < OSCAR__SCALE_LAYOUT_COUNT;
+        case OSCAR__TK_QNT_MODE: return v > 0 && v < OSCAR__QUANT_MODE_COUNT;
+        case OSCAR__TK_QNT_ROTATED:
+        case OSCAR__TK_QNT_CLIPPED: return v >= 0 && v <= 2;
+        case OSCAR__TK_QNT_ROWS: return oscar__is_pow2(v) && v <= OSCAR__TUNE_QNT_ROWS_CAP;
         default: return 0;
         }
     default: return 0;
@@ -143,6 +169,19 @@ OSCAR__PRIVATE int oscar__tune_candidate_valid(int32_t family, const int32_t *ke
     pd = &oscar__tune_families[family].params[param];
     for (i = 0; i < pd->num_candidates; i++) listed |= pd->candidates[i] == value;
     if (!listed) return 0;
+    if (family == OSCAR_TUNE_FAMILY_QUANTIZE) {
+        /* a value some registered tile of this head dim uses (the registry's
+           pairs are a product per head dim: 16|32 rows x 4|8 warps, and for
+           head dim 256 16 rows x 2|8 warps, so values valid one by one make
+           a registered pair) */
+        const oscar__tune_param_def *other = &oscar__tune_families[family].params[1 - param];
+        int j, any = 0;
+        for (j = 0; j < other->num_candidates && !any; j++)
+            any = param == OSCAR__TP_QNT_ROWS_PER_WARP
+                      ? oscar__quant_tile_registered(key[OSCAR__TK_QNT_HEAD_DIM], value, other->candidates[j])
+                      : oscar__quant_tile_registered(key[OSCAR__TK_QNT_HEAD_DIM], other->candidates[j], value);
+        return any;
+    }
     if (family == OSCAR_TUNE_FAMILY_DECODE) {
         /* a tier that does not exist has nothing to split; otherwise at least
            one kernel step of tokens per split */
@@ -188,6 +227,36 @@ OSCAR__PRIVATE void oscar__tune_merge_key(int32_t key[OSCAR__TUNE_MAX_KEYS], int
     key[OSCAR__TK_MRG_STATES] = states;
     key[OSCAR__TK_MRG_DTYPE] = OSCAR__CAST(int32_t, dtype);
     key[OSCAR__TK_MRG_ROWS] = OSCAR__CAST(int32_t, OSCAR__MIN(oscar__tune_pow2_bucket(rows), OSCAR__CAST(int64_t, 1) << 30));
+}
+
+/* quantize: rotated / clipped count the sides (K, V) with a rotation / a
+   clip; rows are those of the launch (tokens x KV heads x 2 x layers). */
+OSCAR__PRIVATE void oscar__tune_quant_key(int32_t key[OSCAR__TUNE_MAX_KEYS], int head_dim, int group, oscar_dtype src,
+                                          oscar_scale_layout scale, oscar_quant_mode mode, int rotated, int clipped,
+                                          int64_t rows) {
+    memset(key, 0, sizeof(int32_t) * OSCAR__TUNE_MAX_KEYS);
+    key[OSCAR__TK_QNT_HEAD_DIM] = head_dim;
+    key[OSCAR__TK_QNT_GROUP] = group;
+    key[OSCAR__TK_QNT_SRC] = OSCAR__CAST(int32_t, src);
+    key[OSCAR__TK_QNT_SCALE] = OSCAR__CAST(int32_t, scale);
+    key[OSCAR__TK_QNT_MODE] = OSCAR__CAST(int32_t, mode);
+    key[OSCAR__TK_QNT_ROTATED] = rotated;
+    key[OSCAR__TK_QNT_CLIPPED] = clipped;
+    key[OSCAR__TK_QNT_ROWS] = OSCAR__CAST(int32_t, OSCAR__MIN(oscar__tune_pow2_bucket(OSCAR__MAX(rows, 1)), OSCAR__TUNE_QNT_ROWS_CAP));
+}
+
+/* The quantize tiles (rows per warp, warps per CTA) registered for a
+   class's head dim, rows-major; returns how many (the device's shared
+   memory limit is checked where a device is known). */
+OSCAR__PRIVATE int oscar__tune_quant_tiles(const int32_t *key, int32_t *rows, int32_t *warps) {
+    const oscar__tune_param_def *pr = &oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].params[OSCAR__TP_QNT_ROWS_PER_WARP];
+    const oscar__tune_param_def *pw = &oscar__tune_families[OSCAR_TUNE_FAMILY_QUANTIZE].params[OSCAR__TP_QNT_WARPS_PER_CTA];
+    int i, j, n = 0;
+    for (i = 0; i < pr->num_candidates; i++)
+        for (j = 0; j < pw->num_candidates; j++)
+            if (oscar__quant_tile_registered(key[OSCAR__TK_QNT_HEAD_DIM], pr->candidates[i], pw->candidates[j]))
+                rows[n] = pr->candidates[i], warps[n] = pw->candidates[j], n++;
+    return n;
 }
 
 /* The digest of a family's kernel sources (16 hex digits): entries tuned for
@@ -237,14 +306,19 @@ typedef struct oscar__tune_test_hooks {
     int32_t corrupt_int2_splits; /* decode candidates with this int2_splits get a corrupted output */
     int32_t slow_int2_splits;    /* decode candidates with this int2_splits run 4 times per timed run */
     int64_t fail_write_after;    /* > 0: a table write fails after this many bytes (atomicity test) */
+    int32_t corrupt_quant_warps; /* quantize candidates with this warps_per_cta get corrupted codes */
 } oscar__tune_test_hooks;
 static oscar__tune_test_hooks oscar__tune_hooks;
 
 /* Set by a tuning run on its own thread: the plans it makes for the default
-   candidate must see the heuristic, not the table; merge candidates force
-   their tile. */
+   candidate must see the heuristic, not the table; merge and quantize
+   candidates force their tile. */
 static OSCAR__THREAD_LOCAL int oscar__tune_suppress;
 static OSCAR__THREAD_LOCAL int32_t oscar__tune_force_merge_rows;
+static OSCAR__THREAD_LOCAL int32_t oscar__tune_force_quant[2]; /* rows per warp, warps per CTA; 0: none */
+/* The tile of this thread's last quantize launch (the tuner reads the
+   heuristic's choice from it; the tests, which tile a call took). */
+static OSCAR__THREAD_LOCAL int32_t oscar__tune_last_quant[2];
 
 OSCAR__PRIVATE oscar__tune_table *oscar__tune_table_new(const oscar_ctx *ctx) {
     return OSCAR__CAST(oscar__tune_table *, oscar__calloc(ctx, sizeof(oscar__tune_table)));
@@ -307,6 +381,10 @@ OSCAR__PRIVATE const char *oscar__tune_scale_name(int32_t v) {
     return v == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN ? "f16_scale_min" : v == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO ? "f32_scale_zero" : "?";
 }
 
+OSCAR__PRIVATE const char *oscar__tune_mode_name(int32_t v) {
+    return v == OSCAR_QUANT_MODE_UNIFORM ? "uniform" : v == OSCAR_QUANT_MODE_LLOYD_MAX ? "lloyd_max" : "?";
+}
+
 /* "head_dim=128 group=128 ..." (the bucket part of an entry line) */
 OSCAR__PRIVATE void oscar__tune_key_text(int32_t family, const int32_t *key, char *out, size_t cap) {
     const oscar__tune_family_def *f = &oscar__tune_families[family];
@@ -320,6 +398,8 @@ OSCAR__PRIVATE void oscar__tune_key_text(int32_t family, const int32_t *key, cha
         else if (f->key_kinds[k] == OSCAR__TUNE_KEY_DTYPE)
             n = snprintf(out + len, cap - len, "%s%s=%s", k ? " " : "", f->keys[k],
                          oscar__dtype_name(OSCAR__CAST(oscar_dtype, key[k])));
+        else if (f->key_kinds[k] == OSCAR__TUNE_KEY_MODE)
+            n = snprintf(out + len, cap - len, "%s%s=%s", k ? " " : "", f->keys[k], oscar__tune_mode_name(key[k]));
         else
             n = snprintf(out + len, cap - len, "%s%s=%d", k ? " " : "", f->keys[k], key[k]);
         if (n > 0) len = OSCAR__MIN(len + OSCAR__CAST(size_t, n), cap - 1);
@@ -616,6 +696,9 @@ OSCAR__PRIVATE int oscar__tune_parse_entry(int32_t family, oscar__tune_field *f,
             } else if (fd->key_kinds[k] == OSCAR__TUNE_KEY_DTYPE) {
                 v = !strcmp(f[i].value, "bf16") ? OSCAR_DTYPE_BF16
                     : !strcmp(f[i].value, "f16") ? OSCAR_DTYPE_F16 : !strcmp(f[i].value, "f32") ? OSCAR_DTYPE_F32 : 0;
+            } else if (fd->key_kinds[k] == OSCAR__TUNE_KEY_MODE) {
+                v = !strcmp(f[i].value, "uniform") ? OSCAR_QUANT_MODE_UNIFORM
+                    : !strcmp(f[i].value, "lloyd_max") ? OSCAR_QUANT_MODE_LLOYD_MAX : 0;
             } else if (!oscar__tune_parse_int(f[i].value, 0, OSCAR__CAST(int64_t, 1) << 31, &v)) {
                 v = -1;
             }
@@ -1014,6 +1097,27 @@ OSCAR__PRIVATE int32_t oscar__tune_merge_rows(oscar_ctx *ctx, int head_dim, int 
         (e.params_set & (1u << OSCAR__TP_MRG_ROWS_PER_CTA)))
         return e.params[OSCAR__TP_MRG_ROWS_PER_CTA];
     return OSCAR__MERGE_DEFAULT_ROWS;
+}
+
+/* quantize: src/oscar_quantize.h (later in the implementation) */
+OSCAR__PRIVATE int oscar__quant_tile_valid(const oscar_ctx *ctx, int head_dim, int rows, int warps, int with_rotation);
+
+/* The hook of oscar_quantize_kv's tile choice (unless the caller forced a
+   tile): *rows_per_warp and *warps_per_cta hold the heuristic's choice and
+   take the table's for this bucket when it has one that fits this device's
+   shared memory; a tuning run's forced candidate comes first. */
+OSCAR__PRIVATE void oscar__tune_quant_apply(oscar_ctx *ctx, const int32_t *key, int with_rotation, int32_t *rows_per_warp,
+                                            int32_t *warps_per_cta) {
+    oscar__tune_entry e;
+    if (oscar__tune_force_quant[0]) {
+        *rows_per_warp = oscar__tune_force_quant[0], *warps_per_cta = oscar__tune_force_quant[1];
+    } else if (oscar__tune_lookup(ctx, OSCAR_TUNE_FAMILY_QUANTIZE, key, &e)) {
+        int32_t r = *rows_per_warp, w = *warps_per_cta;
+        if (e.params_set & (1u << OSCAR__TP_QNT_ROWS_PER_WARP)) r = e.params[OSCAR__TP_QNT_ROWS_PER_WARP];
+        if (e.params_set & (1u << OSCAR__TP_QNT_WARPS_PER_CTA)) w = e.params[OSCAR__TP_QNT_WARPS_PER_CTA];
+        if (oscar__quant_tile_valid(ctx, key[OSCAR__TK_QNT_HEAD_DIM], r, w, with_rotation))
+            *rows_per_warp = r, *warps_per_cta = w;
+    }
 }
 
 /* ---- public table API ------------------------------------------------------- */
@@ -1906,6 +2010,289 @@ OSCAR_API oscar_status oscar_tune_merge(oscar_ctx *ctx, const oscar_tune_merge_d
     }
     if (pushed) oscar__pop(ctx);
     oscar__free(ctx, pat_o), oscar__free(ctx, pat_l);
+    return st;
+}
+
+
+/* ---- quantize ------------------------------------------------------------------ */
+typedef struct oscar__tune_qnt {
+    int32_t rows_per_warp[OSCAR__TUNE_MAX_CANDIDATES], warps_per_cta[OSCAR__TUNE_MAX_CANDIDATES];
+    oscar_quantize_desc qd;
+    oscar_int2_pool_desc pool;
+    oscar_quantize_layer_desc *layers; /* [set][layer] */
+    int32_t num_layers;
+    uint8_t *codes, *scales;           /* [set][layer][K|V] arrays */
+    size_t code_bytes, scale_bytes;    /* of one array, rounded to 256 */
+    uint8_t *ref, *cand;               /* host copies of set 0's codes then scales */
+} oscar__tune_qnt;
+
+OSCAR__PRIVATE oscar_status oscar__tune_qnt_run(oscar_ctx *ctx, void *user, int c, int set) {
+    oscar__tune_qnt *q = OSCAR__CAST(oscar__tune_qnt *, user);
+    oscar_quantize_desc qd = q->qd;
+    oscar_status st;
+    qd.layers = q->layers + OSCAR__CAST(size_t, set) * OSCAR__CAST(size_t, q->num_layers);
+    oscar__tune_force_quant[0] = q->rows_per_warp[c], oscar__tune_force_quant[1] = q->warps_per_cta[c];
+    st = oscar_quantize_kv(ctx, &qd, NULL);
+    oscar__tune_force_quant[0] = oscar__tune_force_quant[1] = 0;
+    return st;
+}
+
+OSCAR__PRIVATE int oscar__tune_qnt_check(oscar_ctx *ctx, void *user, int c, char *why, size_t cap, oscar_status *st) {
+    oscar__tune_qnt *q = OSCAR__CAST(oscar__tune_qnt *, user);
+    size_t nc = 2 * OSCAR__CAST(size_t, q->num_layers) * q->code_bytes, ns = 2 * OSCAR__CAST(size_t, q->num_layers) * q->scale_bytes;
+    uint8_t *h = c ? q->cand : q->ref;
+    size_t i;
+    /* poisoned first (0xFF), so a candidate that skips a row cannot pass */
+    oscar__CUresult cr = ctx->cu.cuMemsetD8Async(OSCAR__CAST(oscar__CUdeviceptr, OSCAR__RCAST(uintptr_t, q->codes)), 0xFF, nc, NULL);
+    if (cr == 0) cr = ctx->cu.cuMemsetD8Async(OSCAR__CAST(oscar__CUdeviceptr, OSCAR__RCAST(uintptr_t, q->scales)), 0xFF, ns, NULL);
+    if (cr != 0) {
+        *st = oscar__cu_fail(ctx, cr, "oscar_tune: cuMemsetD8Async");
+        return 0;
+    }
+    *st = oscar__tune_qnt_run(ctx, user, c, 0);
+    if (*st == OSCAR_OK && c && oscar__tune_hooks.corrupt_quant_warps == q->warps_per_cta[c]) {
+        /* test hook: a wrong candidate (16 code bytes of its first row overwritten) */
+        cr = ctx->cu.cuMemsetD8Async(OSCAR__CAST(oscar__CUdeviceptr, OSCAR__RCAST(uintptr_t, q->codes)), 0x5A, 16, NULL);
+        if (cr != 0) *st = oscar__cu_fail(ctx, cr, "oscar_tune: cuMemsetD8Async");
+    }
+    if (*st == OSCAR_OK) *st = oscar__tune_download(ctx, h, q->codes, nc);
+    if (*st == OSCAR_OK) *st = oscar__tune_download(ctx, h + nc, q->scales, ns);
+    if (*st != OSCAR_OK || c == 0) return 0;
+    /* quantize rule: the tile changes which lanes and warps handle a row,
+       never a row's arithmetic: codes and scales bit-identical */
+    if (memcmp(q->cand, q->ref, nc) != 0) {
+        for (i = 0; i < nc && q->cand[i] == q->ref[i]; i++) {}
+        snprintf(why, cap, "codes differ from the default's at byte %zu: 0x%02x, not 0x%02x", i, q->cand[i], q->ref[i]);
+        return 1;
+    }
+    if (memcmp(q->cand + nc, q->ref + nc, ns) != 0) {
+        for (i = 0; i < ns && q->cand[nc + i] == q->ref[nc + i]; i++) {}
+        snprintf(why, cap, "scales differ from the default's at byte %zu", i);
+        return 1;
+    }
+    return 0;
+}
+
+OSCAR_API oscar_status oscar_tune_quantize(oscar_ctx *ctx, const oscar_tune_quantize_desc *desc, oscar_tune_report *out_reports) {
+    oscar__validator v;
+    oscar_tune_quantize_desc d;
+    oscar_status st;
+    oscar__tune_qnt q;
+    uint8_t *pat = NULL;
+    int pushed, si, rotated, clipped;
+    size_t esize = 2;
+    st = oscar__tune_require_device(ctx, "oscar_tune_quantize");
+    if (st != OSCAR_OK) return st;
+    if (!desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_tune_quantize: desc = NULL");
+    d = *desc;
+    d.group_size = oscar__def(d.group_size, d.head_dim);
+    d.src_dtype = oscar__def(d.src_dtype, OSCAR_DTYPE_BF16);
+    d.scale_layout = oscar__def(d.scale_layout, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN);
+    d.mode = oscar__def(d.mode, OSCAR_QUANT_MODE_UNIFORM);
+    d.page_size = oscar__def(d.page_size, 16);
+    d.warmup = oscar__def(d.warmup, 3);
+    d.repeats = oscar__def(d.repeats, 15);
+    d.min_bytes = oscar__def(d.min_bytes, 2 * OSCAR__CAST(int64_t, ctx->l2_bytes > 0 ? ctx->l2_bytes : (64 << 20)));
+    oscar__validate_begin(&v, ctx, "oscar_tune_quantize");
+    OSCAR__CHECK_CANARIES(&v, desc, "desc");
+    OSCAR__VALIDATE(&v, d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
+                    "desc.head_dim = %d; expected 64, 128 or 256 (*must* be set)", d.head_dim);
+    OSCAR__VALIDATE(&v, d.num_kv_heads >= 1 && d.num_kv_heads <= 1024, "desc.num_kv_heads = %d; expected 1..1024 (*must* be set)",
+                    d.num_kv_heads);
+    OSCAR__VALIDATE(&v, (d.group_size == 32 || d.group_size == 64 || d.group_size == 128 || d.group_size == 256) &&
+                            d.group_size <= d.head_dim,
+                    "desc.group_size = %d; expected 32, 64, 128 or 256, at most head_dim", d.group_size);
+    OSCAR__VALIDATE(&v, d.src_dtype == OSCAR_DTYPE_BF16 || d.src_dtype == OSCAR_DTYPE_F16,
+                    "desc.src_dtype = %s; expected bf16 or f16", oscar__dtype_name(d.src_dtype));
+    OSCAR__VALIDATE(&v, d.scale_layout > 0 && d.scale_layout < OSCAR__SCALE_LAYOUT_COUNT,
+                    "desc.scale_layout = %d; expected an oscar_scale_layout", OSCAR__CAST(int, d.scale_layout));
+    OSCAR__VALIDATE(&v, d.mode > 0 && d.mode < OSCAR__QUANT_MODE_COUNT, "desc.mode = %d; expected an oscar_quant_mode",
+                    OSCAR__CAST(int, d.mode));
+    OSCAR__VALIDATE(&v, d.rotation <= 1, "desc.rotation = %d; expected 0 (K and V), 1 (K only) or < 0 (none)", d.rotation);
+    OSCAR__VALIDATE(&v, d.k_clip_ratio >= 0.0f && d.k_clip_ratio <= 1.0f && d.v_clip_ratio >= 0.0f && d.v_clip_ratio <= 1.0f,
+                    "desc.k_clip_ratio = %g, v_clip_ratio = %g; expected 0 <= ratio <= 1", OSCAR__CAST(double, d.k_clip_ratio),
+                    OSCAR__CAST(double, d.v_clip_ratio));
+    OSCAR__VALIDATE(&v, d.src_page_size >= 0 && d.page_size >= 1, "desc.src_page_size = %d, page_size = %d; expected >= 0, >= 1",
+                    d.src_page_size, d.page_size);
+    OSCAR__VALIDATE(&v, d.num_shapes >= 1 && d.shapes != NULL, "desc.num_shapes = %d; expected >= 1 shapes", d.num_shapes);
+    OSCAR__VALIDATE(&v, d.warmup >= 0 && d.repeats >= 3 && d.repeats <= 1000,
+                    "desc.warmup = %d, repeats = %d; expected >= 0 and 3..1000", d.warmup, d.repeats);
+    OSCAR__VALIDATE(&v, d.min_bytes > 0, "desc.min_bytes = %lld; expected > 0", OSCAR__CAST(long long, d.min_bytes));
+    for (si = 0; d.shapes && si < d.num_shapes; si++)
+        OSCAR__VALIDATE(&v, d.shapes[si].batch_size >= 0 && d.shapes[si].batch_size <= OSCAR_K_MAX_QUANT_LAYERS &&
+                                d.shapes[si].context_tokens >= 1 && d.shapes[si].context_tokens <= (OSCAR__CAST(int64_t, 1) << 24),
+                        "desc.shapes[%d] = (%d layers, %lld tokens); expected 0..%d layers (one launch) and 1..2^24 tokens", si,
+                        d.shapes[si].batch_size, OSCAR__CAST(long long, d.shapes[si].context_tokens), OSCAR_K_MAX_QUANT_LAYERS);
+    st = oscar__validate_end(&v);
+    if (st != OSCAR_OK) return st;
+    rotated = d.rotation < 0 ? 0 : d.rotation == 1 ? 1 : 2;
+    clipped = (d.k_clip_ratio > 0.0f) + (d.v_clip_ratio > 0.0f);
+    pat = oscar__tune_pattern(ctx, d.src_dtype == OSCAR_DTYPE_F16 ? 4 : 1, 21);
+    if (!pat) return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_tune_quantize: out of host memory");
+    pushed = oscar__push_if_needed(ctx);
+    if (pushed < 0) {
+        oscar__free(ctx, pat);
+        return oscar__fail(ctx, OSCAR_STATUS_CUDA_ERROR, "oscar_tune_quantize: cuCtxPushCurrent failed");
+    }
+    for (si = 0; si < d.num_shapes && st == OSCAR_OK; si++) {
+        const int D = d.head_dim, H = d.num_kv_heads, L = d.shapes[si].batch_size ? d.shapes[si].batch_size : 1;
+        const int64_t T = d.shapes[si].context_tokens, groups = (T + 7) / 8;
+        const int gathered = d.src_page_size > 0;
+        /* source: dense [T][H][D], or a paged cache of the groups' slots */
+        const int64_t src_slots_n = gathered ? (groups * 8 + d.src_page_size - 1) / d.src_page_size * d.src_page_size : T;
+        const size_t src_bytes = (OSCAR__CAST(size_t, src_slots_n) * OSCAR__CAST(size_t, H * D) * esize + 255) & ~OSCAR__CAST(size_t, 255);
+        double t0 = oscar__now_ms();
+        oscar__tune_mem mem;
+        oscar__tune_outcome oc;
+        oscar__tune_entry e;
+        oscar_tune_report rep;
+        int32_t key[OSCAR__TUNE_MAX_KEYS], tr[OSCAR__TUNE_MAX_CANDIDATES], tw[OSCAR__TUNE_MAX_CANDIDATES];
+        int nt, nc = 1, c;
+        size_t nsets = 1, set_bytes, k, host_bytes;
+        char labels_buf[OSCAR__TUNE_MAX_CANDIDATES][48];
+        const char *labels[OSCAR__TUNE_MAX_CANDIDATES];
+        void *src = NULL, *codes = NULL, *scales = NULL, *rot = NULL, *sslots = NULL, *dslots = NULL;
+        memset(&mem, 0, sizeof mem);
+        memset(&rep, 0, sizeof rep);
+        memset(&q, 0, sizeof q);
+        oscar__tune_quant_key(key, D, d.group_size, d.src_dtype, d.scale_layout, d.mode, rotated, clipped,
+                              T * H * 2 * L);
+        oscar__tune_key_text(OSCAR_TUNE_FAMILY_QUANTIZE, key, rep.key, sizeof rep.key);
+
+        /* the pool: each layer's own arrays, as many slots as the writes need */
+        q.pool.head_dim = D, q.pool.num_kv_heads = H, q.pool.page_size = d.page_size, q.pool.group_size = d.group_size;
+        q.pool.scale_layout = d.scale_layout;
+        q.pool.num_pages = OSCAR__CAST(int32_t, ((gathered ? groups * 8 : T) + d.page_size - 1) / d.page_size);
+        st = oscar_int2_pool_bytes(ctx, &q.pool, &q.code_bytes, &q.scale_bytes);
+        if (st != OSCAR_OK) goto shape_done;
+        q.code_bytes = (q.code_bytes + 255) & ~OSCAR__CAST(size_t, 255);
+        q.scale_bytes = (q.scale_bytes + 255) & ~OSCAR__CAST(size_t, 255);
+        q.num_layers = L;
+        set_bytes = 2 * OSCAR__CAST(size_t, L) * (src_bytes + q.code_bytes + q.scale_bytes);
+        nsets = oscar__tune_sets(d.min_bytes, set_bytes);
+        st = oscar__tune_dalloc(ctx, &mem, nsets * 2 * OSCAR__CAST(size_t, L) * src_bytes, &src);
+        if (st == OSCAR_OK) st = oscar__tune_fill(ctx, src, nsets * 2 * OSCAR__CAST(size_t, L) * src_bytes, pat, OSCAR__TUNE_PATTERN);
+        if (st == OSCAR_OK) st = oscar__tune_dalloc(ctx, &mem, nsets * 2 * OSCAR__CAST(size_t, L) * q.code_bytes, &codes);
+        if (st == OSCAR_OK) st = oscar__tune_dalloc(ctx, &mem, nsets * 2 * OSCAR__CAST(size_t, L) * q.scale_bytes, &scales);
+        if (st != OSCAR_OK) goto shape_done;
+        q.codes = OSCAR__CAST(uint8_t *, codes), q.scales = OSCAR__CAST(uint8_t *, scales);
+        /* R: a normalised Hadamard matrix per layer, as the benchmark */
+        if (rotated) {
+            float *R = OSCAR__CAST(float *, oscar__alloc(ctx, sizeof(float) * OSCAR__CAST(size_t, D * D)));
+            int x, y, l;
+            if (!R) {
+                st = oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_tune_quantize: out of host memory");
+                goto shape_done;
+            }
+            for (x = 0; x < D; x++)
+                for (y = 0; y < D; y++) {
+                    unsigned m = OSCAR__CAST(unsigned, x & y), par = 0;
+                    while (m) par ^= m & 1u, m >>= 1;
+                    R[x * D + y] = (par ? -1.0f : 1.0f) / sqrtf(OSCAR__CAST(float, D));
+                }
+            st = oscar__tune_dalloc(ctx, &mem, sizeof(float) * OSCAR__CAST(size_t, D * D * L), &rot);
+            for (l = 0; st == OSCAR_OK && l < L; l++)
+                st = oscar__tune_fill(ctx, OSCAR__CAST(float *, rot) + OSCAR__CAST(size_t, l) * OSCAR__CAST(size_t, D * D),
+                                      sizeof(float) * OSCAR__CAST(size_t, D * D), R, sizeof(float) * OSCAR__CAST(size_t, D * D));
+            oscar__free(ctx, R);
+            if (st != OSCAR_OK) goto shape_done;
+        }
+        /* slot ids: dense 0..T-1; or 8 consecutive tokens per request at shuffled places (source and pool alike) */
+        {
+            int32_t *h = OSCAR__CAST(int32_t *, oscar__alloc(ctx, sizeof(int32_t) * OSCAR__CAST(size_t, T + groups)));
+            int32_t *perm = h ? h + T : NULL;
+            oscar__tune_rng rng;
+            int64_t i, pass;
+            if (!h) {
+                st = oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_tune_quantize: out of host memory");
+                goto shape_done;
+            }
+            for (pass = 0; pass < 2 && st == OSCAR_OK; pass++) {
+                void **dst = pass ? &dslots : &sslots;
+                if (!gathered && pass == 0) continue; /* dense source: no slot ids */
+                rng.s = 0x51075000u + OSCAR__CAST(uint64_t, si * 2 + pass);
+                for (i = 0; i < groups; i++) perm[i] = OSCAR__CAST(int32_t, i);
+                for (i = groups - 1; gathered && i > 0; i--) {
+                    int64_t j = OSCAR__CAST(int64_t, oscar__tune_next(&rng) % OSCAR__CAST(uint64_t, i + 1));
+                    int32_t t = perm[i];
+                    perm[i] = perm[j], perm[j] = t;
+                }
+                for (i = 0; i < T; i++) h[i] = gathered ? perm[i / 8] * 8 + OSCAR__CAST(int32_t, i % 8) : OSCAR__CAST(int32_t, i);
+                st = oscar__tune_dalloc(ctx, &mem, sizeof(int32_t) * OSCAR__CAST(size_t, T), dst);
+                if (st == OSCAR_OK) st = oscar__tune_fill(ctx, *dst, sizeof(int32_t) * OSCAR__CAST(size_t, T), h, sizeof(int32_t) * OSCAR__CAST(size_t, T));
+            }
+            oscar__free(ctx, h);
+            if (st != OSCAR_OK) goto shape_done;
+        }
+        q.layers = OSCAR__CAST(oscar_quantize_layer_desc *, oscar__calloc(ctx, sizeof(oscar_quantize_layer_desc) * nsets * OSCAR__CAST(size_t, L)));
+        host_bytes = 2 * OSCAR__CAST(size_t, L) * (q.code_bytes + q.scale_bytes);
+        q.ref = OSCAR__CAST(uint8_t *, oscar__alloc(ctx, host_bytes));
+        q.cand = OSCAR__CAST(uint8_t *, oscar__alloc(ctx, host_bytes));
+        if (!q.layers || !q.ref || !q.cand) {
+            st = oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_tune_quantize: out of host memory");
+            goto shape_done;
+        }
+        for (k = 0; k < nsets * OSCAR__CAST(size_t, L); k++) {
+            oscar_quantize_layer_desc *ld = &q.layers[k];
+            const float *R = rot ? OSCAR__CAST(const float *, rot) + (k % OSCAR__CAST(size_t, L)) * OSCAR__CAST(size_t, D * D) : NULL;
+            ld->src_k = OSCAR__CAST(uint8_t *, src) + (2 * k) * src_bytes;
+            ld->src_v = OSCAR__CAST(uint8_t *, src) + (2 * k + 1) * src_bytes;
+            ld->k_rotation = R, ld->v_rotation = rotated == 2 ? R : NULL;
+            ld->k_codes = q.codes + (2 * k) * q.code_bytes, ld->v_codes = q.codes + (2 * k + 1) * q.code_bytes;
+            ld->k_scales = q.scales + (2 * k) * q.scale_bytes, ld->v_scales = q.scales + (2 * k + 1) * q.scale_bytes;
+        }
+        q.qd.pool = &q.pool, q.qd.num_layers = L, q.qd.layers = q.layers;
+        q.qd.src_dtype = d.src_dtype, q.qd.num_tokens = T;
+        q.qd.src_slots = sslots, q.qd.src_page_size = gathered ? d.src_page_size : 1;
+        q.qd.dst_slots = dslots, q.qd.slot_dtype = OSCAR_DTYPE_I32;
+        q.qd.k_clip_ratio = d.k_clip_ratio, q.qd.v_clip_ratio = d.v_clip_ratio, q.qd.mode = d.mode;
+
+        /* candidate 0: the heuristic's tile (table lookups off), read from the launch */
+        oscar__tune_suppress = 1;
+        oscar__tune_last_quant[0] = oscar__tune_last_quant[1] = 0;
+        st = oscar_quantize_kv(ctx, &q.qd, NULL);
+        oscar__tune_suppress = 0;
+        if (st != OSCAR_OK) goto shape_done;
+        q.rows_per_warp[0] = oscar__tune_last_quant[0], q.warps_per_cta[0] = oscar__tune_last_quant[1];
+        nt = oscar__tune_quant_tiles(key, tr, tw);
+        for (c = 0; c < nt; c++)
+            if ((tr[c] != q.rows_per_warp[0] || tw[c] != q.warps_per_cta[0]) &&
+                oscar__quant_tile_valid(ctx, D, tr[c], tw[c], rotated > 0))
+                q.rows_per_warp[nc] = tr[c], q.warps_per_cta[nc] = tw[c], nc++;
+        for (c = 0; c < nc; c++) {
+            snprintf(labels_buf[c], sizeof labels_buf[c], "rows_per_warp=%d warps_per_cta=%d", q.rows_per_warp[c], q.warps_per_cta[c]);
+            labels[c] = labels_buf[c];
+        }
+        snprintf(rep.default_params, sizeof rep.default_params, "%s", labels[0]);
+        st = oscar__tune_search(ctx, oscar__tune_qnt_run, oscar__tune_qnt_check, &q, nc, labels, OSCAR__CAST(int, nsets),
+                                d.warmup, d.repeats, &oc);
+        if (st != OSCAR_OK) goto shape_done;
+        memset(&e, 0, sizeof e);
+        e.family = OSCAR_TUNE_FAMILY_QUANTIZE;
+        memcpy(e.key, key, sizeof key);
+        oscar__tune_family_digest(OSCAR_TUNE_FAMILY_QUANTIZE, e.src);
+        if (oc.best) {
+            e.params[OSCAR__TP_QNT_ROWS_PER_WARP] = q.rows_per_warp[oc.best];
+            e.params[OSCAR__TP_QNT_WARPS_PER_CTA] = q.warps_per_cta[oc.best];
+            e.params_set = (1u << OSCAR__TP_QNT_ROWS_PER_WARP) | (1u << OSCAR__TP_QNT_WARPS_PER_CTA);
+        }
+        e.default_us = oc.def_us, e.tuned_us = oc.best_us;
+        rep.default_us = oc.def_us, rep.default_spread_us = oc.def_iqr;
+        rep.tuned_us = oc.best_us, rep.tuned_spread_us = oc.best_iqr;
+        rep.num_candidates = oc.num_valid, rep.num_rejected = oc.num_rejected, rep.improved = oc.best != 0;
+        snprintf(rep.params, sizeof rep.params, "%s", labels[oc.best]);
+        snprintf(rep.rejected, sizeof rep.rejected, "%s", oc.rejected);
+        rep.seconds = (oscar__now_ms() - t0) * 1e-3;
+        st = oscar__tune_store(ctx, "oscar_tune_quantize", &e, rep.seconds);
+        oscar__info(ctx, "oscar_tune_quantize: %s: default %s %.1f us, kept %s %.1f us (%d candidates, %d rejected)", rep.key,
+                    rep.default_params, rep.default_us, rep.params, rep.tuned_us, rep.num_candidates, rep.num_rejected);
+    shape_done:
+        oscar__free(ctx, q.layers), oscar__free(ctx, q.ref), oscar__free(ctx, q.cand);
+        oscar__tune_mem_free(ctx, &mem);
+        if (out_reports) out_reports[si] = rep;
+    }
+    if (pushed) oscar__pop(ctx);
+    oscar__free(ctx, pat);
     return st;
 }
 

@@ -7,7 +7,9 @@
        of candidate values) and a validity rule per problem class. Problem
        classes are buckets: for decode (head dim, group size, INT2 page size,
        GQA ratio, scale layout, window-token bucket, batch bucket, INT2
-       context bucket), buckets being the next power of two.
+       context bucket), for quantize (head dim, group size, source dtype,
+       scale layout, mode, sides rotated, sides clipped, rows of the launch),
+       buckets being the next power of two.
 
        A tuning table maps (family, bucket) -> parameter values. It is a text
        file, one record per line, `key=value` fields:
@@ -30,9 +32,11 @@
        not compared there. Shipped tables (tune/default_sm<XY>.txt, embedded)
        serve the shapes the context's own table does not hold, under the same
        rules. oscar_decode_plan consults the tables for every split count the
-       desc leaves at 0; then the heuristic decides.
+       desc leaves at 0, oscar_merge_states and oscar_quantize_kv for their
+       tile; then the heuristic decides.
 
-       Tuning is explicit (oscar_tune_decode, oscar_tune_merge, the
+       Tuning is explicit (oscar_tune_decode, oscar_tune_merge,
+       oscar_tune_quantize, the
        `oscar_tune` tool) and never runs inside a run call. Each valid
        candidate's output is first compared with the default candidate's (a
        wrong one is rejected and reported), then timed with CUDA events after
@@ -44,7 +48,7 @@ typedef enum oscar_tune_family {
     OSCAR_TUNE_FAMILY_NONE = 0,
     OSCAR_TUNE_FAMILY_DECODE,       /* decode attention: int2_splits, window_splits */
     OSCAR_TUNE_FAMILY_MERGE_STATES, /* oscar_merge_states: rows_per_cta */
-    OSCAR_TUNE_FAMILY_QUANTIZE,     /* declared; no parameters yet */
+    OSCAR_TUNE_FAMILY_QUANTIZE,     /* oscar_quantize_kv: rows_per_warp, warps_per_cta */
     OSCAR__TUNE_FAMILY_COUNT,
     OSCAR__TUNE_FAMILY_FORCE_U32 = 0x7FFFFFFF
 } oscar_tune_family;
@@ -85,8 +89,8 @@ OSCAR_API oscar_status oscar_tune_table_clear(oscar_ctx *ctx);
 
 /* One problem of a tuning run. */
 typedef struct oscar_tune_shape {
-    int32_t batch_size;     /* requests (decode) */
-    int64_t context_tokens; /* tokens per request, window included (decode); rows (merge) */
+    int32_t batch_size;     /* requests (decode); layers in the launch (quantize, 0 = 1) */
+    int64_t context_tokens; /* tokens per request, window included (decode); rows (merge); tokens (quantize) */
 } oscar_tune_shape;
 
 /* What a tuning run found for one shape. */
@@ -160,3 +164,47 @@ typedef struct oscar_tune_merge_desc {
 
 OSCAR_API oscar_status oscar_tune_merge(oscar_ctx *ctx, const oscar_tune_merge_desc *desc,
                                         oscar_tune_report *out_reports);
+
+/* oscar_tune_quantize_desc: oscar_quantize_kv shapes (shape.batch_size =
+   layers in one launch, 1..48; shape.context_tokens = tokens; every KV head
+   of each token, K and V). Inputs are random bf16|f16 rows with a few large
+   columns, a normalised Hadamard R per layer; allocated and freed by the call.
+       num_kv_heads, head_dim   *must* be set
+       group_size        head_dim
+       src_dtype         OSCAR_DTYPE_BF16
+       scale_layout      OSCAR_SCALE_LAYOUT_F16_SCALE_MIN
+       mode              OSCAR_QUANT_MODE_UNIFORM
+       rotation          0: K and V rotated; 1: K only (V absorbed); < 0: none
+       k_clip_ratio, v_clip_ratio   0 (off); in (0, 1], as oscar_quantize_desc
+       src_page_size     0: dense source rows (a prefill chunk); >= 1: rows
+                         gathered through slot ids from a paged cache of that
+                         page size, 8 consecutive tokens per request at
+                         shuffled places, written to shuffled pool slots
+                         (demotion out of the recent window)
+       page_size         16 (INT2 pool)
+       shapes, warmup, repeats, min_bytes   as for decode
+   Every registered tile that fits the device's shared memory is a
+   candidate; its codes and scales must be bit-identical to the default
+   tile's (the heuristic's), else it is rejected. */
+typedef struct oscar_tune_quantize_desc {
+    uint32_t _start_canary;
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    int32_t group_size;
+    oscar_dtype src_dtype;
+    oscar_scale_layout scale_layout;
+    oscar_quant_mode mode;
+    int32_t rotation;
+    float k_clip_ratio, v_clip_ratio;
+    int32_t src_page_size;
+    int32_t page_size;
+    int32_t num_shapes;
+    const oscar_tune_shape *shapes;
+    int32_t warmup;
+    int32_t repeats;
+    int64_t min_bytes;
+    uint32_t _end_canary;
+} oscar_tune_quantize_desc;
+
+OSCAR_API oscar_status oscar_tune_quantize(oscar_ctx *ctx, const oscar_tune_quantize_desc *desc,
+                                           oscar_tune_report *out_reports);
