@@ -220,7 +220,7 @@ static void feed(oscar_calib *c, const calib_data *d, int32_t layer, int64_t t0,
 }
 
 static double *export_stats(oscar_calib *c, int64_t *count) {
-    oscar_calib_stats view;
+    oscar_calib_stats view = {0};
     double *s;
     TU_OK(NULL, oscar_calib_stats_view(c, &view));
     s = cr_dalloc((size_t)view.count);
