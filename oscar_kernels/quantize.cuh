@@ -627,33 +627,13 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 const u32 kk = key | (key << 16);
                 float cnt;
                 if (!exact_int) {
-                    /* The compares' f16 ones, 4 words (8 values) at a time, are
-                       the A fragment of an m16n8k16 product with a 0/1 B: lane
-                       (g, c) holds columns 2c, 2c+1, 2c+8, 2c+9 of rows g and
-                       g + 8, and B[k][n] = [k is a column of lane (g, n % 4)],
-                       so D[g][n] + D[g + 8][n] sums lane (g, n % 4)'s values.
-                       Lane (g, c) holds n = 2c, 2c + 1: lanes c = 0, 1 have the
-                       four lanes' totals; one shuffle hands them out. */
-                    constexpr int NM = JP, NA = NM < 4 ? NM : 4; /* mmas, accumulator chains */
-                    const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane)));
-                    const u32 bsel = ((ln >> 2) & 3) == (ln & 3) ? 0x3C003C00u : 0u;
-                    float d[NA][4];
+                    u32 a[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-                    for (int t = 0; t < NA; t++) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.f;
+                    for (int q = 0; q < 4; q++)
 #pragma unroll
-                    for (int t = 0; t < NM; t++) {
-                        u32 a4[4];
-#pragma unroll
-                        for (int u = 0; u < 4; u++) a4[u] = q_absge_f16(w[(4 * t + u) / JP][(4 * t + u) % JP], kk);
-                        mma_16816<OSCAR_K_DTYPE_F16>(d[t % NA], a4[0], a4[1], a4[2], a4[3], bsel, bsel);
-                    }
-                    float se = d[0][0] + d[0][2], so = d[0][1] + d[0][3];
-#pragma unroll
-                    for (int t = 1; t < NA; t++) se += d[t][0] + d[t][2], so += d[t][1] + d[t][3];
-                    /* totals <= 128: both fit one float exactly */
-                    const float v = __shfl_sync(0xffffffffu, __fmaf_rn(so, 256.f, se), (ln & ~3) | ((ln & 3) >> 1));
-                    const float vh = floorf(v * (1.f / 256.f));
-                    cnt = (ln & 1) ? vh : __fmaf_rn(vh, -256.f, v);
+                        for (int jp = 0; jp < JP; jp++) a[jp & 3] = q_hadd2(a[jp & 3], q_absge_f16(w[q][jp], kk));
+                    const u32 s = q_hadd2(q_hadd2(a[0], a[1]), q_hadd2(a[2], a[3]));
+                    cnt = f16_to_f32(static_cast<u16>(s & 0xffffu)) + f16_to_f32(static_cast<u16>(s >> 16));
                 } else {
                     u32 a = 0u;
 #pragma unroll
