@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                of the step loop and held (spilled) through the whole kernel.
                ldmatrix row rr = (mi & 1) * 8 + mr, chunk 2i + (mi >> 1): the
                swizzle only touches the chunk's low 3 bits, so 4 offsets (i % 4)
-               plus immediates give every A address. */
+               plus immediates give every A and B address. */
             const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane)));
             const int mi = ln >> 3, mr = ln & 7, rr = (mi & 1) * 8 + mr;
             u32 o4[4];
@@ -517,25 +517,17 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                     ldmatrix_x4(buf_s + o4[ks & 3] + mt * 16 * D * 2 + ((ks >> 2) << 7), af[mt][ks][0], af[mt][ks][1],
                                 af[mt][ks][2], af[mt][ks][3]);
             __syncwarp();
-            /* rolled over n-tile pairs (one copy of the body keeps the loop
-               small for the instruction cache); B address of pair np: row rr
-               of k-tile ks, chunk 2 np + (mi >> 1), swizzled by row mr */
-            const u32 ob = rsm_s + static_cast<u32>(rr * D * 2), hb = static_cast<u32>(mi >> 1), sb = q_rowswz<D>(mr);
-            const int g = ln >> 2, c = ln & 3;
-            const u32 sg = q_rowswz<D>(g); /* rows g and g + 8 share the swizzle: it reads row & 7 */
-            u8 *yrow = buf + g * D * 2 + 4 * c;
-#pragma unroll 1
+#pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 float acc[MT][2][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int j = 0; j < 2; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-                const u32 bnp = ob + (((2u * static_cast<u32>(np) + hb) ^ sb) << 4);
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
                     u32 b0, b1, b2, b3;
-                    ldmatrix_x4_trans(bnp + ks * 16 * D * 2, b0, b1, b2, b3);
+                    ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), b0, b1, b2, b3);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         mma_16816<SRC_DTYPE>(acc[mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b0,
@@ -544,18 +536,19 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                                              b3);
                     }
                 }
-                /* acc[..][0,1]: row g, cols n*8 + 2c + {0,1}; acc[..][2,3]: row g + 8;
-                   column chunk n = 2 np + j, swizzled (n < 32: the swizzle only
-                   touches its low 3 bits) */
+                /* acc[..][0,1]: row g, cols n*8 + 2c + {0,1}; acc[..][2,3]: row g + 8
+                   (rows g and g + 8 share the swizzle: it reads row & 7) */
+                const int g = ln >> 2, c = ln & 3;
+                u8 *yrow = buf + g * D * 2 + 4 * c;
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    u8 *y = yrow + (((2u * static_cast<u32>(np) + static_cast<u32>(j)) ^ sg) << 4);
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        *reinterpret_cast<u32 *>(y + mt * 16 * D * 2) = S::pack_rn(acc[mt][j][1], acc[mt][j][0]);
-                        *reinterpret_cast<u32 *>(y + mt * 16 * D * 2 + 8 * D * 2) = S::pack_rn(acc[mt][j][3], acc[mt][j][2]);
+                    for (int j = 0; j < 2; j++) {
+                        const int n = 2 * np + j;
+                        u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
+                        *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[mt][j][1], acc[mt][j][0]);
+                        *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[mt][j][3], acc[mt][j][2]);
                     }
-                }
             }
             __syncwarp();
         }
@@ -645,13 +638,16 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 if constexpr (LPR == 2) cnt += __shfl_xor_sync(0xffffffffu, cnt, 1);
                 return cnt;
             };
-            /* one probe loop (one copy of count_ge): the first probe is
-               max/4, two binades down, which usually holds */
             u32 lo = 0u, hi = kmax;
-            const u32 first = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
-#pragma unroll 1
-            for (bool at_first = true; __any_sync(0xffffffffu, lo < hi); at_first = false) {
-                const u32 mid = at_first ? first : (lo + hi + 1u) >> 1;
+            {
+                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                if (count_ge(probe) >= need)
+                    lo = probe;
+                else
+                    hi = probe - 1u;
+            }
+            while (__any_sync(0xffffffffu, lo < hi)) {
+                const u32 mid = (lo + hi + 1u) >> 1;
                 const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
                 if (lo < hi) {
                     if (cnt >= need)
