@@ -44,7 +44,9 @@
    = min of the clipped values), so clipped values are never formed.
 
    Layout. A warp takes ROWS (16 or 32) rows per step; their 16-bit rows are
-   copied to the warp's shared-memory slice with cp.async. With a rotation,
+   copied to the warp's shared-memory slice with cp.async, a lane pair 32
+   contiguous bytes of one row per copy (immediate offsets, one shuffle of
+   the source offset per 16 rows). With a rotation,
    the warp loads its A fragments (x) into registers, multiplies by R (bf16
    in shared memory, one copy per CTA; every B fragment feeds ROWS/16
    m-tiles) and writes the rounded y over x in the same slice. Then each
@@ -75,10 +77,31 @@
    and zeros of both signs occur (or the clip threshold is 0), the sign of
    that zero in the stored min / zero point can differ from the reference's
    (whose fminf keeps the first zero in dim order); codes are unaffected.
-   v3: thresholds instead of per-value divisions, one lane per row, B
-   fragments shared by 2 m-tiles, slot ids loaded two steps ahead.
-   v2 (1128 us for 128K tokens x 8 heads, rotate + clip, H200): quad per row,
-   per-value divisions. v1: 0.37 TB/s. */
+
+   Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
+   + clip .96/.92; copy bandwidth 4.22 TB/s; bench/results/quantize.md):
+   v4 (592 us, 24.5% of copy; rotation without clip 388 us, 37%; neither
+   214 us, 68%): copies with immediate offsets (the v3 copy loop was ~520
+   instructions per warp step, now ~70) and code thresholds from three
+   independent evaluations around the estimate. Where the time goes (ncu,
+   bench/results/logs/ncu_quantize_v3_v4_h200.txt; per warp step of 32 rows,
+   4900 instructions, issue slots 57% busy, ALU pipe 54%): the threshold
+   search ~42% of the instructions and half the stall samples, the clip's
+   9 counting probes ~25%, the rotation block 12% (19% of the samples),
+   the codes 8%. The search is slow because with the clip a group's min
+   and max are -tau and +tau for almost every row, so the middle threshold
+   lies at 0, where f32 absorption (v / scale + zero, zero ~ 1.5) puts the
+   exact boundary thousands of 16-bit ulps from the estimate: the doubling
+   search and the bisection then take ~29 evaluations per warp step (15 +
+   14, the slowest row's), and their subnormal quotients take div_rn_by's IEEE-division fallback (899f6bb):
+   v3 without that fallback measured 497 us (vs 608) in the same run.
+   Tried and reverted (no gain, measured): the rotation rolled over n-tile
+   pairs with one copy of the probe loop (592 us), the clip's counts on the
+   tensor cores (644 us).
+   v3 (608-615 us, 24%): thresholds instead of per-value divisions, one
+   lane per row, B fragments shared by 2 m-tiles, slot ids loaded two steps
+   ahead.
+   v2 (1128 us): quad per row, per-value divisions. v1: 0.37 TB/s. */
 #ifndef OSCAR_K_QUANTIZE_CUH
 #define OSCAR_K_QUANTIZE_CUH
 
