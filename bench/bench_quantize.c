@@ -3,7 +3,12 @@
    Prints a table and writes bench/results/quantize.md and .json; rows
    "tile: ..." time every valid tile candidate (rows per warp step x warps
    per CTA) of a case, the heuristic's choice being the case's own row.
-     usage: bench_quantize [--tokens N] [--out DIR] */
+     usage: bench_quantize [--tokens N] [--out DIR] [--prefill-only] [--no-tiles]
+                           [--variants 0,2,3] [--warmup N] [--reps N]
+       --prefill-only  skip the demotion cases; --no-tiles  skip the tile sweeps;
+       --variants      only these prefill variants (index into the table below);
+       --warmup/--reps untimed and timed launches per prefill case (3, 20): with
+                       --warmup 0 --reps 1 each variant launches once (profilers) */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -102,10 +107,16 @@ int main(int argc, char **argv) {
     const int D = 128, H = 8;
     bu_report rep;
     char md[1024], js[1024];
-    int i;
+    int i, prefill_only = 0, tiles = 1, warmup = 3, reps = 20;
+    const char *only = NULL;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--prefill-only")) prefill_only = 1;
+        else if (!strcmp(argv[i], "--no-tiles")) tiles = 0;
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     }
     if (oscar_setup(&desc, &ctx) != OSCAR_OK) {
         printf("bench_quantize needs a CUDA GPU: %s\n", oscar_last_error(NULL));
@@ -143,6 +154,17 @@ int main(int argc, char **argv) {
         pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = (int32_t)(T / 16), pool.page_size = 16;
         for (v = 0; v < (int)(sizeof variants / sizeof variants[0]); v++) {
             double us, spread, bytes, tbps;
+            if (only) {
+                char key[8];
+                const char *f;
+                int hit = 0;
+                snprintf(key, sizeof key, "%d", v);
+                for (f = only; *f; f++)
+                    if ((f == only || f[-1] == ',') && !strncmp(f, key, strlen(key)) &&
+                        (f[strlen(key)] == ',' || f[strlen(key)] == 0))
+                        hit = 1;
+                if (!hit) continue;
+            }
             pool.scale_layout = variants[v].layout;
             BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
             BU_CUDA(cudaMalloc(&ck, code_bytes));
@@ -157,7 +179,7 @@ int main(int argc, char **argv) {
             d.num_tokens = T, d.dst_slots = slots;
             d.k_clip_ratio = variants[v].ck, d.v_clip_ratio = variants[v].cv;
             a.ctx = ctx, a.d = &d, a.tile = NULL;
-            us = bu_time_us(q_fn, &a, 3, 20, &spread);
+            us = bu_time_us(q_fn, &a, warmup, reps < 1 ? 1 : reps, &spread);
             bytes = 2.0 * (double)n * 2 + 2.0 * (double)code_bytes + 2.0 * (double)scale_bytes + 4.0 * (double)T;
             tbps = bytes / (us * 1e-6) / 1e12;
             printf("prefill %-42s %lld x %d x %d: %9.1f us (spread %.1f)  %.3f TB/s  %.0f%% of copy\n",
@@ -169,14 +191,14 @@ int main(int argc, char **argv) {
                      "\"time_us\": %.2f, \"spread_us\": %.2f, \"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f}",
                      variants[v].name, (long long)T, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
             bu_report_row(&rep, md, js);
-            if (v == 0 || v == 3) time_tiles(&rep, ctx, &d, v == 0 ? "prefill rotate+clip" : "prefill plain", D, v == 0, bytes, 2, 10);
+            if (tiles && (v == 0 || v == 3)) time_tiles(&rep, ctx, &d, v == 0 ? "prefill rotate+clip" : "prefill plain", D, v == 0, bytes, 2, 10);
             cudaFree(ck), cudaFree(cv), cudaFree(sk), cudaFree(sv);
         }
         cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(rv), cudaFree(slots);
     }
 
     /* ---- demotion: 8 tokens per request, 36 layers, one launch -------------- */
-    {
+    if (!prefill_only) {
         enum { LAYERS = 36, SRC_PAGE = 16 };
         static const int requests[] = {1, 32, 256};
         int ri, l;
@@ -256,7 +278,7 @@ int main(int argc, char **argv) {
                      "\"frac_copy_bw\": %.4f}",
                      requests[ri], LAYERS, H, D, us, spread, bytes, tbps, tbps / rep.copy_tbps);
             bu_report_row(&rep, md, js);
-            {
+            if (tiles) {
                 char what[64];
                 snprintf(what, sizeof what, "demotion %d req", requests[ri]);
                 time_tiles(&rep, ctx, &d, what, D, 1, bytes, 5, 50);

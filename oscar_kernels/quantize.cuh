@@ -44,7 +44,9 @@
    = min of the clipped values), so clipped values are never formed.
 
    Layout. A warp takes ROWS (16 or 32) rows per step; their 16-bit rows are
-   copied to the warp's shared-memory slice with cp.async. With a rotation,
+   copied to the warp's shared-memory slice with cp.async, a lane pair 32
+   contiguous bytes of one row per copy (immediate offsets, one shuffle of
+   the source offset per 16 rows). With a rotation,
    the warp loads its A fragments (x) into registers, multiplies by R (bf16
    in shared memory, one copy per CTA; every B fragment feeds ROWS/16
    m-tiles) and writes the rounded y over x in the same slice. Then each
@@ -75,10 +77,31 @@
    and zeros of both signs occur (or the clip threshold is 0), the sign of
    that zero in the stored min / zero point can differ from the reference's
    (whose fminf keeps the first zero in dim order); codes are unaffected.
-   v3: thresholds instead of per-value divisions, one lane per row, B
-   fragments shared by 2 m-tiles, slot ids loaded two steps ahead.
-   v2 (1128 us for 128K tokens x 8 heads, rotate + clip, H200): quad per row,
-   per-value divisions. v1: 0.37 TB/s. */
+
+   Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
+   + clip .96/.92; copy bandwidth 4.22 TB/s; bench/results/quantize.md):
+   v4 (592 us, 24.5% of copy; rotation without clip 388 us, 37%; neither
+   214 us, 68%): copies with immediate offsets (the v3 copy loop was ~520
+   instructions per warp step, now ~70) and code thresholds from three
+   independent evaluations around the estimate. Where the time goes (ncu,
+   bench/results/logs/ncu_quantize_v3_v4_h200.txt; per warp step of 32 rows,
+   4900 instructions, issue slots 57% busy, ALU pipe 54%): the threshold
+   search ~42% of the instructions and half the stall samples, the clip's
+   9 counting probes ~25%, the rotation block 12% (19% of the samples),
+   the codes 8%. The search is slow because with the clip a group's min
+   and max are -tau and +tau for almost every row, so the middle threshold
+   lies at 0, where f32 absorption (v / scale + zero, zero ~ 1.5) puts the
+   exact boundary thousands of 16-bit ulps from the estimate: the doubling
+   search and the bisection then take ~29 evaluations per warp step (15 +
+   14, the slowest row's), and their subnormal quotients take div_rn_by's IEEE-division fallback (899f6bb):
+   v3 without that fallback measured 497 us (vs 608) in the same run.
+   Tried and reverted (no gain, measured): the rotation rolled over n-tile
+   pairs with one copy of the probe loop (592 us), the clip's counts on the
+   tensor cores (644 us).
+   v3 (608-615 us, 24%): thresholds instead of per-value divisions, one
+   lane per row, B fragments shared by 2 m-tiles, slot ids loaded two steps
+   ahead.
+   v2 (1128 us): quad per row, per-value divisions. v1: 0.37 TB/s. */
 #ifndef OSCAR_K_QUANTIZE_CUH
 #define OSCAR_K_QUANTIZE_CUH
 
@@ -240,48 +263,61 @@ struct q_formula {
 /* The smallest value t of the dtype in [lo, hi] (ordered indices olo..ohi)
    with f.eval(t) >= level, as a packed compare word (t, t); -inf when it is
    lo itself (every value of the group, clipped or not, reaches the level),
-   +inf when no value in [lo, hi] does. eval is monotone in the value, so a
-   search from the estimate finds the boundary: the estimate is within an
-   ulp or two (f32 errors are far below one 16-bit ulp), so the common case
-   is two evaluations (the estimate and its lower neighbour); steps double
-   away from it (near zero, where ulps shrink, the boundary can be thousands
-   of ulps off) and a bisection finishes. */
+   +inf when no value in [lo, hi] does. eval is monotone in the value. The
+   estimate rounds the real boundary to the nearest value of the dtype (f32
+   errors are far below one 16-bit ulp), so the boundary is the estimate or
+   the value above it: three independent evaluations (the estimate and both
+   neighbours) settle that. Otherwise (near zero, where ulps shrink, the
+   boundary can be thousands of ulps off) steps double away from the
+   estimate and a bisection finishes. */
 template <int DT>
 __device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 olo, u32 ohi) {
     using S = qsimd<DT>;
     auto reaches = [&](u32 o) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
     u32 o = q_ord(from_f32(est, DT));
     o = min(max(o, olo), ohi);
-    u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
-    if (reaches(o)) {
-        hi = o, lo = olo - 1u;
-        for (u32 step = 1u; hi > olo;) {
-            const u32 cand = hi - olo > step ? hi - step : olo;
-            if (!reaches(cand)) {
-                lo = cand;
-                break;
-            }
-            hi = cand, step += step;
-        }
+    /* below olo nothing is taken to reach, above ohi everything */
+    const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o);
+    const bool r1 = reaches(o);
+    const bool r2 = (o >= ohi) | reaches(o < ohi ? o + 1u : o);
+    u32 b; /* the smallest index in [olo, ohi + 1] that reaches */
+    if (!r0 && r1) {
+        b = o;
+    } else if (!r1 && r2) {
+        b = o + 1u;
     } else {
-        lo = o, hi = ohi + 1u;
-        for (u32 step = 1u; lo < ohi;) {
-            const u32 cand = ohi - lo > step ? lo + step : ohi;
-            if (reaches(cand)) {
-                hi = cand;
-                break;
+        u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
+        if (r1) {
+            hi = o, lo = olo - 1u;
+            for (u32 step = 1u; hi > olo;) {
+                const u32 cand = hi - olo > step ? hi - step : olo;
+                if (!reaches(cand)) {
+                    lo = cand;
+                    break;
+                }
+                hi = cand, step += step;
             }
-            lo = cand, step += step;
+        } else {
+            lo = o, hi = ohi + 1u;
+            for (u32 step = 1u; lo < ohi;) {
+                const u32 cand = ohi - lo > step ? lo + step : ohi;
+                if (reaches(cand)) {
+                    hi = cand;
+                    break;
+                }
+                lo = cand, step += step;
+            }
         }
+        while (hi - lo > 1u) {
+            const u32 mid = lo + ((hi - lo) >> 1);
+            if (reaches(mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        b = hi;
     }
-    while (hi - lo > 1u) {
-        const u32 mid = lo + ((hi - lo) >> 1);
-        if (reaches(mid))
-            hi = mid;
-        else
-            lo = mid;
-    }
-    const u32 t = hi == olo ? S::NEG_INF : hi > ohi ? S::POS_INF : q_unord(hi);
+    const u32 t = b == olo ? S::NEG_INF : b > ohi ? S::POS_INF : q_unord(b);
     return t | (t << 16);
 }
 
@@ -405,15 +441,33 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         scale_off = page * p.pool.scales_page_stride + off * p.pool.scales_token_stride +
                     static_cast<i64>(head) * p.pool.scales_head_stride;
     };
-    /* one warp's ROWS source rows -> its slice (zeros where there is none) */
+    /* one warp's ROWS source rows -> its slice (zeros where there is none).
+       Lane pair i (lanes 2i, 2i + 1) copies chunks 2j and 2j + 1 of a row,
+       32 contiguous bytes, per cp.async; copy k takes row i + 16 (k % RSETS)
+       and chunk pair j = k / RSETS. A lane pair's rows share their swizzle
+       (it reads row & 7), so four per-lane offsets plus immediates address
+       every copy, and the only shuffles are one source offset per row set. */
     auto issue = [&](i64 my_src_off) {
+        constexpr int RSETS = ROWS / 16, NCOPY = ROWS * CHUNKS / 32;
         const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane))); /* see q_opaque: no hoisting */
+        const int i = ln >> 1, e = ln & 1;
+        const u16 *rp[RSETS];
+        int nb[RSETS];
 #pragma unroll
-        for (int k = 0; k < ROWS * CHUNKS / 32; k++) {
-            const int j = ln + 32 * k, r = j / CHUNKS, ch = j % CHUNKS;
-            const i64 off = __shfl_sync(0xffffffffu, my_src_off, r * LPR);
-            cp_async16(buf_s + qswz<D>(r, ch), off >= 0 ? static_cast<const void *>(src + off + ch * 8) : src,
-                       off >= 0 ? 16 : 0);
+        for (int rs = 0; rs < RSETS; rs++) {
+            /* LPR = 2: lanes 2i and 2i + 1 hold row i themselves */
+            const i64 off = LPR == 2 ? my_src_off : __shfl_sync(0xffffffffu, my_src_off, (i + 16 * rs) * LPR);
+            rp[rs] = src + (off >= 0 ? off : 0) + 8 * e;
+            nb[rs] = off >= 0 ? 16 : 0;
+        }
+        const u32 sw = q_rowswz<D>(i), base = buf_s + static_cast<u32>(i * D * 2);
+        u32 xo[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) xo[t] = base + (((static_cast<u32>(2 * t + e)) ^ sw) << 4);
+#pragma unroll
+        for (int k = 0; k < NCOPY; k++) {
+            const int rs = k % RSETS, j = k / RSETS;
+            cp_async16(xo[j & 3] + static_cast<u32>(rs * 16 * D * 2 + ((j >> 2) << 7)), rp[rs] + 16 * j, nb[rs]);
         }
     };
 
