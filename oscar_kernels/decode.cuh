@@ -24,15 +24,12 @@
    so the tensor cores see the raw codes (exact small integers): q' in f16
    against codes in f16 (mma m16n8k16, f32 accumulation), and p*scale in bf16
    against codes in bf16. Each thread unpacks code bytes with one LOP3 and one
-   HFMA2 per pair for K, one LOP3 for V (whose offset is removed once at the
-   end, code_pair_bf16). Dims are permuted inside a k-step / m-tile so that a
+   HFMA2 per pair. Dims are permuted inside a k-step / m-tile so that a
    thread's fragment elements come from the bytes ldmatrix gave it (a dot
    product is order-free); the output dims are mapped back when stored.
    GQA heads are the mma's N dimension (8 per n-tile, NH n-tiles), tokens the
    M (QK) or K (PV) dimension; p moves from the S layout to the B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
-   v5: V codes unpacked with one LOP3 (no HFMA2): the bf16 offset and the
-   quarter's factor come off once per output (psum).
    v3: p (and p * scale) as hi + lo too: o within ~1e-3 of float64 (bf16 output).
    v2: q' as f16 hi + lo (logits to ~1e-6); prep/merge rebuilt for latency; PDL.
    v1: first version (lse off by ~3e-3 at logits ~20; merge latency-bound). */
@@ -149,19 +146,14 @@ __device__ __forceinline__ u32 code_pair_f16(u32 r) {
     constexpr u32 add = k == 0 ? 0xE400E400u : k == 1 ? 0xDC00DC00u : k == 2 ? 0xD400D400u : 0xCC00CC00u;
     return hfma2_f16(and_or<(0x00030003u << (2 * k)), 0x64006400u>(r), mul, add);
 }
-/* The V side (PV, bf16) keeps the offset: the pair is 128 + code * v_mul(k)
-   as bf16 values, one LOP3 (quarter 3 is shifted down first because code*64
-   would reach bf16's exponent bits, so it lands like quarter 1). The INT2
-   kernel removes the offset and the factor once per output at the end:
-   o[d] = (acc[d] - 128 * sum_t p*scale) / v_mul + sum_t p*min, which is why
-   it keeps sum_t p*scale per group (psum). v1-v4 spent one HFMA2 per pair
-   here, 64 of ~690 instructions per 32-token tile. The offset costs
-   precision only in f32 accumulation: 128 / code <= ~2^7 of 24 bits. */
-__device__ __host__ constexpr int v_mul(int k) { return k == 0 ? 1 : k == 2 ? 16 : 4; }
+/* The same as bf16 values (128 + code*4^k; quarter 3 is shifted down first
+   because code*64 would reach bf16's exponent bits). */
 template <int k>
 __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
     if constexpr (k == 3) return code_pair_bf16<1>(r >> 4);
-    return and_or<(0x00030003u << (2 * k)), 0x43004300u>(r);
+    constexpr u32 mul = k == 0 ? 0x3F803F80u : k == 1 ? 0x3E803E80u : 0x3D803D80u;
+    constexpr u32 add = k == 0 ? 0xC300C300u : k == 1 ? 0xC200C200u : 0xC100C100u;
+    return hfma2_bf16(and_or<(0x00030003u << (2 * k)), 0x43004300u>(r), mul, add);
 }
 
 /* code_pair_{f16,bf16}<k> for a quarter k known after unrolling */
@@ -509,19 +501,8 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    one 8-column n-tile -- heads 0-3 the 16-bit high parts, 4-7 the low parts --
    so one mma does what two did; the halves are summed by one shuffle per
    logit and, for o, once at the end (PACK). */
-/* CTAs per SM the INT2 kernel is compiled for (registers <= 64K / (128 x
-   this); 0 = no bound, the compiler's choice): 4 (128 registers) for the PACK
-   instantiations (<= 4 heads per KV head) with groups smaller than a row at
-   D <= 128 -- v5's psum put them at 159-165 registers, a CTA per SM fewer
-   than v4; bounded, 16 bytes of spills at group 32. Bounding the others
-   made things worse (D 128 group 128 spilled at 5 CTAs though it gets 96
-   registers, 5 CTAs, without a bound). */
-__host__ __device__ constexpr int int2_min_ctas(int d, int gs, int heads) {
-    return d <= 128 && heads <= 4 && gs != d ? 4 : 0;
-}
-
 template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS>
-__global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS)) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
     constexpr int NH = HEADS > 8 ? 2 : 1;
@@ -628,7 +609,6 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
     sm.init();
     float acc[MT][NH][4];
     float vmin[G][NH][2];
-    float psum[G][NH][2]; /* sum_t p * scale: removes the V codes' offset at the end (code_pair_bf16) */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -636,8 +616,7 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
 #pragma unroll
     for (int grp = 0; grp < G; grp++)
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++)
-            vmin[grp][nh][0] = vmin[grp][nh][1] = psum[grp][nh][0] = psum[grp][nh][1] = 0.f;
+        for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] = vmin[grp][nh][1] = 0.f;
 
     const bool f32_scales = p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO;
     const bool capped = p.logit_cap > 0.f;
@@ -756,10 +735,7 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
 #pragma unroll
             for (int grp = 0; grp < G; grp++)
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) {
-                    vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
-                    psum[grp][nh][0] *= alpha[nh][0], psum[grp][nh][1] *= alpha[nh][1];
-                }
+                for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
         }
 
         /* ---- p, p * scale -> B fragments, V codes -> A fragments, PV */
@@ -792,8 +768,6 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
                     }
                     vmin[grp][nh][0] = fmaf(pr[nh][0], mn0, fmaf(pr[nh][2], mn1, vmin[grp][nh][0]));
                     vmin[grp][nh][1] = fmaf(pr[nh][1], mn0, fmaf(pr[nh][3], mn1, vmin[grp][nh][1]));
-                    psum[grp][nh][0] = fmaf(pr[nh][0], sc0, fmaf(pr[nh][2], sc1, psum[grp][nh][0]));
-                    psum[grp][nh][1] = fmaf(pr[nh][1], sc0, fmaf(pr[nh][3], sc1, psum[grp][nh][1]));
                 }
             }
             u32 vr[NBLK][4];
@@ -832,10 +806,7 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
 #pragma unroll
         for (int nh = 0; nh < NH; nh++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                vmin[grp][nh][e] = row_lanes_sum(vmin[grp][nh][e]);
-                psum[grp][nh][e] = row_lanes_sum(psum[grp][nh][e]);
-            }
+            for (int e = 0; e < 2; e++) vmin[grp][nh][e] = row_lanes_sum(vmin[grp][nh][e]);
     if constexpr (PACK) /* o = the high-part columns + the low-part columns; lanes c < 2 hold heads 0-3 */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -852,9 +823,7 @@ __global__ void __launch_bounds__(128, int2_min_ctas(HEAD_DIM, GROUP_SIZE, HEADS
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int h = nh * 8 + 2 * c + (i & 1), d = MAP::v_dim(mt, g, i >> 1);
-                const float inv_mul = 1.f / v_mul(D == 64 ? mt : mt % 4); /* the quarter of m-tile mt */
-                COMB::o_of(smem, warp, h)[d] =
-                    fmaf(acc[mt][nh][i] - 128.f * psum[grp][nh][i & 1], inv_mul, vmin[grp][nh][i & 1]);
+                COMB::o_of(smem, warp, h)[d] = acc[mt][nh][i] + vmin[grp][nh][i & 1];
             }
     }
     __syncthreads();
