@@ -35,9 +35,12 @@
    function of it: each f32 operation of the formula rounds monotonically,
    so code(y) = [y >= t1] + [y >= t2] + [y >= t3], where t_k is the smallest
    source-dtype value whose formula result reaches level k. Per group the
-   kernel finds t1..t3 exactly -- an estimate, then the exact formula
-   evaluated at the estimate and its neighbours (1-3 evaluations each) --
-   and then codes whole pairs of values with three 16-bit SIMD compares and
+   kernel finds t1..t3 exactly -- uniform: computed directly (q_direct_candidate:
+   the smallest f32 quotient reaching the level, from the tie rules of the
+   two rounded adds, then the dtype ceiling of an exact f64 midpoint times
+   scale) and checked by the formula at the candidate and its predecessor;
+   Lloyd-Max: an estimate and its neighbours; a search where the check
+   fails -- and then codes whole pairs of values with three 16-bit SIMD compares and
    three LOP3s, instead of a division and a float->int conversion per value.
    The clip folds into the thresholds (a threshold outside (-tau, tau]
    becomes -inf or +inf) and into the group's min and max (clip of the min
@@ -79,7 +82,18 @@
    (whose fminf keeps the first zero in dim order); codes are unaffected.
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
-   + clip .96/.92; copy bandwidth 4.22 TB/s; bench/results/quantize.md):
+   + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v5 (bdbbcf8: 442.5 us, 33.0% of copy; rotation without clip 321.6 us,
+   45.4%; neither 209.8 us, 69.5%; demotion of 8 tokens x 36 layers 14.9 /
+   51.6 / 286.1 us for 1 / 32 / 256 requests, v4 19 / 65 / 389): the
+   uniform thresholds directly (above), two evaluations each instead of
+   three plus the middle threshold's ~29-step search with subnormal IEEE
+   divisions; the CPU proof is tests/test_quantize_thresh.c (candidate =
+   reference threshold for every clipped group of bf16 and f16 and ~7M
+   other cases, 0 wrong; declined, i.e. left to the search, only where
+   |q*| >= 2^127: 288 of 2.4M random bf16 group cases).
+   Left: the clip's 9 counting probes (~25% of v4's instructions, now a
+   larger share), the rotation block; not profiled yet.
    v4 (592 us, 24.5% of copy; rotation without clip 388 us, 37%; neither
    214 us, 68%): copies with immediate offsets (the v3 copy loop was ~520
    instructions per warp step, now ~70) and code thresholds from three
