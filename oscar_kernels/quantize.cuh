@@ -35,9 +35,12 @@
    function of it: each f32 operation of the formula rounds monotonically,
    so code(y) = [y >= t1] + [y >= t2] + [y >= t3], where t_k is the smallest
    source-dtype value whose formula result reaches level k. Per group the
-   kernel finds t1..t3 exactly -- an estimate, then the exact formula
-   evaluated at the estimate and its neighbours (1-3 evaluations each) --
-   and then codes whole pairs of values with three 16-bit SIMD compares and
+   kernel finds t1..t3 exactly -- uniform: computed directly (q_direct_candidate:
+   the smallest f32 quotient reaching the level, from the tie rules of the
+   two rounded adds, then the dtype ceiling of an exact f64 midpoint times
+   scale) and checked by the formula at the candidate and its predecessor;
+   Lloyd-Max: an estimate and its neighbours; a search where the check
+   fails -- and then codes whole pairs of values with three 16-bit SIMD compares and
    three LOP3s, instead of a division and a float->int conversion per value.
    The clip folds into the thresholds (a threshold outside (-tau, tau]
    becomes -inf or +inf) and into the group's min and max (clip of the min
@@ -79,7 +82,18 @@
    (whose fminf keeps the first zero in dim order); codes are unaffected.
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
-   + clip .96/.92; copy bandwidth 4.22 TB/s; bench/results/quantize.md):
+   + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v5 (bdbbcf8: 442.5 us, 33.0% of copy; rotation without clip 321.6 us,
+   45.4%; neither 209.8 us, 69.5%; demotion of 8 tokens x 36 layers 14.9 /
+   51.6 / 286.1 us for 1 / 32 / 256 requests, v4 19 / 65 / 389): the
+   uniform thresholds directly (above), two evaluations each instead of
+   three plus the middle threshold's ~29-step search with subnormal IEEE
+   divisions; the CPU proof is tests/test_quantize_thresh.c (candidate =
+   reference threshold for every clipped group of bf16 and f16 and ~7M
+   other cases, 0 wrong; declined, i.e. left to the search, only where
+   |q*| >= 2^127: 288 of 2.4M random bf16 group cases).
+   Left: the clip's 9 counting probes (~25% of v4's instructions, now a
+   larger share), the rotation block; not profiled yet.
    v4 (592 us, 24.5% of copy; rotation without clip 388 us, 37%; neither
    214 us, 68%): copies with immediate offsets (the v3 copy loop was ~520
    instructions per warp step, now ~70) and code thresholds from three
@@ -260,6 +274,50 @@ struct q_formula {
     }
 };
 
+constexpr u32 Q_NO_CAND = 0xffffffffu;
+
+/* The uniform code threshold of level k (1..3), directly: the smallest
+   value v of the dtype (as an ordered index, not clamped to the group) with
+   RN(RN(RN(v / scale) + zero) + 0.5) >= k, or Q_NO_CAND where this cannot
+   settle it (the search then runs from the estimate). The formula's result
+   reaches k iff the f32 quotient RN(v / scale) reaches q*, the smallest f32
+   q with RN(RN(q + zero) + 0.5) >= k, i.e. with q + zero >= M_k as reals:
+   the two rounded adds reach k exactly from M_1 = 0.5 - 3 * 2^-26 (strictly
+   above it: the tie rounds to 0.5 - 2^-25, odd, whose + 0.5 is a tie that
+   rounds up), M_2 = 1.5 - 2^-24, M_3 = 2.5 - 2^-23 (ties round up to the
+   even 1.5, 2.5). q0 = RN(M_k - zero) (f64, then f32) is q* or its
+   predecessor; one evaluation of the adds at q0 and one at its neighbour
+   settle which (and decline where neither changes, e.g. zero not finite).
+   Then RN(v / scale) >= q* iff v / scale >= the midpoint m of pred(q*) and
+   q* (strictly where the tie goes to pred(q*), i.e. q* odd), and v >= m *
+   scale = P is exact in f64 (25 x 24 significant bits); the candidate is
+   the dtype's ceiling of P (f32 ceiling, then the dtype's), one index up
+   where strict and equal. Declines q* = 0 and |q*| >= 2^127. The caller
+   still checks the formula at the candidate and its predecessor, so a wrong
+   candidate could only cost time; tests/test_quantize_thresh.c shows on the
+   CPU that it is the reference's threshold for every clipped group of
+   either dtype and ~7M other (scale, zero, level) cases. */
+template <int DT>
+__device__ __forceinline__ u32 q_direct_candidate(float scale, float zero, int k) {
+    const double M = k == 1 ? 0.5 - 0x1.8p-25 : k == 2 ? 1.5 - 0x1p-24 : 2.5 - 0x1p-23;
+    const float lv = static_cast<float>(k);
+    auto h = [&](float q) { return __fadd_rn(__fadd_rn(q, zero), 0.5f) >= lv; };
+    const float q = __double2float_rn(__dsub_rn(M, static_cast<double>(zero)));
+    const bool hq = h(q);
+    const float inf = __int_as_float(0x7f800000);
+    const float qa = nextafterf(q, hq ? -inf : inf);
+    const float qs = hq ? q : qa;
+    if (hq == h(qa) || !(fabsf(qs) < 0x1p127f) || qs == 0.f) return Q_NO_CAND;
+    const float p = nextafterf(qs, -inf);
+    const double P = __dmul_rn(__dmul_rn(0.5, __dadd_rn(static_cast<double>(p), static_cast<double>(qs))),
+                               static_cast<double>(scale));
+    const float P32 = __double2float_ru(P);
+    u32 c = q_ord(from_f32(P32, DT));
+    if (to_f32<DT>(static_cast<u16>(q_unord(c))) < P32) c++;
+    if ((__float_as_uint(qs) & 1u) && static_cast<double>(to_f32<DT>(static_cast<u16>(q_unord(c)))) == P) c++;
+    return c;
+}
+
 /* The smallest value t of the dtype in [lo, hi] (ordered indices olo..ohi)
    with f.eval(t) >= level, as a packed compare word (t, t); -inf when it is
    lo itself (every value of the group, clipped or not, reaches the level),
@@ -271,19 +329,19 @@ struct q_formula {
    boundary can be thousands of ulps off) steps double away from the
    estimate and a bisection finishes. */
 template <int DT>
-__device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 olo, u32 ohi) {
+__device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 cand, u32 olo, u32 ohi) {
     using S = qsimd<DT>;
     auto reaches = [&](u32 o) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
-    u32 o = q_ord(from_f32(est, DT));
+    /* the direct candidate (exact in the common case), else the estimate */
+    u32 o = cand != Q_NO_CAND ? cand : q_ord(from_f32(est, DT));
     o = min(max(o, olo), ohi);
     /* below olo nothing is taken to reach, above ohi everything */
     const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o);
     const bool r1 = reaches(o);
-    const bool r2 = (o >= ohi) | reaches(o < ohi ? o + 1u : o);
     u32 b; /* the smallest index in [olo, ohi + 1] that reaches */
     if (!r0 && r1) {
         b = o;
-    } else if (!r1 && r2) {
+    } else if (!r1 && ((o >= ohi) || reaches(o + 1u))) {
         b = o + 1u;
     } else {
         u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
@@ -758,7 +816,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll 1
             for (int k = 0; k < 3; k++) {
                 const float lv = static_cast<float>(k - 1) * LM_THRESHOLD; /* -T, 0, T */
-                const u32 t = q_threshold<SRC_DTYPE>(f, lv, __fmaf_rn(lv, sd, mean), olo, ohi);
+                const u32 t = q_threshold<SRC_DTYPE>(f, lv, __fmaf_rn(lv, sd, mean), Q_NO_CAND, olo, ohi);
                 t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
             }
             thr[0][0] = t0, thr[0][1] = t1, thr[0][2] = t2;
@@ -779,7 +837,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll 1
                 for (int k = 0; k < 3; k++) {
                     const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
-                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn), olo, ohi);
+                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
+                                                         q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
                     t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
                 }
                 thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;

@@ -1,0 +1,283 @@
+/* tests/test_quantize_thresh.c -- the direct code thresholds of quantize.cuh
+   (q_direct_candidate) against the reference formula, on the CPU (no GPU).
+
+   The uniform code of a value v of the source dtype is
+     code(v) = trunc(RN(RN(RN(v / scale) + zero) + 0.5)) clamped to [0, 3]
+   (cpu/oscar_cpu.h), a monotone step function of v, so code(v) >= k iff
+   v >= t_k, t_k the smallest dtype value reaching level k. The kernel
+   computes t_k directly:
+     1. q* = the smallest f32 quotient q with RN(RN(q + zero) + 0.5) >= k:
+        q0 = RN32(M_k - zero) in f64 (M_k = the real boundary of the two
+        rounded adds: 0.5 - 3 * 2^-26 (strict), 1.5 - 2^-24, 2.5 - 2^-23),
+        then q* = q0 or its neighbour, settled by two evaluations of the adds;
+     2. t_k = the smallest dtype value v with RN(v / scale) >= q*: with p =
+        pred(q*), RN(v / scale) >= q* iff v >= P = (p + q*) / 2 * scale (exact
+        in f64), strictly when the tie goes to p (q* odd);
+   then the kernel checks the formula at t_k and its predecessor and falls
+   back to the search where that check fails (or step 1 could not settle).
+   This program mirrors the candidate computation in C and proves it equals
+   the reference threshold (found by a bisection of the reference formula,
+   itself checked by exhaustive scans) over many (scale, zero) pairs. */
+#define OSCAR_IMPLEMENTATION
+#include "oscar.h"
+#include "test_util.h"
+
+static uint32_t t_ord(uint32_t p) { return p ^ ((p & 0x8000u) ? 0xffffu : 0x8000u); }
+static uint32_t t_unord(uint32_t o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
+static float t_val(uint32_t o, int dt) { return oscar__to_f32((uint16_t)t_unord(o), dt); }
+static uint32_t t_fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* the reference: code(v) >= k, as oscar__cpu_quantize_row computes qv;
+   trunc(qv) clamped to [0, 3] reaches k >= 1 iff qv >= k (written so,
+   because values outside a group's range, which the full-range checks
+   evaluate, can give qv >= 2^31, where the C conversion to int is undefined) */
+static int ref_reaches(float v, float scale, float zero, int k) {
+    volatile float qv = v / scale + zero + 0.5f;
+    return qv >= (float)k;
+}
+/* smallest ordered index in [lo, hi + 1] that reaches (bisection; monotone) */
+static uint32_t ref_threshold(float scale, float zero, int k, int dt, uint32_t lo, uint32_t hi) {
+    uint32_t a = lo - 1u, b = hi + 1u; /* !reaches(a), reaches(b) by convention */
+    while (b - a > 1u) {
+        uint32_t m = a + ((b - a) >> 1);
+        if (ref_reaches(t_val(m, dt), scale, zero, k))
+            b = m;
+        else
+            a = m;
+    }
+    return b;
+}
+static uint32_t scan_threshold(float scale, float zero, int k, int dt, uint32_t lo, uint32_t hi, int *monotone) {
+    uint32_t o, b = hi + 1u;
+    int seen = 0;
+    for (o = lo; o <= hi; o++) {
+        int r = ref_reaches(t_val(o, dt), scale, zero, k);
+        if (r && !seen) b = o, seen = 1;
+        if (!r && seen) *monotone = 0;
+    }
+    return b;
+}
+
+/* ---- the C mirror of quantize.cuh's q_direct_candidate --------------------- */
+static int h_reaches(float q, float zero, int k) {
+    volatile float a = q + zero;
+    volatile float b = a + 0.5f;
+    return b >= (float)k;
+}
+static const double T_M[3] = {0.5 - 3.0 / 67108864.0, 1.5 - 1.0 / 16777216.0, 2.5 - 1.0 / 8388608.0};
+/* 1: a candidate ordered index (unclamped) in *cand; 0: no candidate (search) */
+static int direct_candidate(float scale, float zero, int k, int dt, uint32_t *cand) {
+    float q = (float)(T_M[k - 1] - (double)zero), qa, qs, p, P32;
+    int hq = h_reaches(q, zero, k), strict;
+    double P;
+    uint32_t c;
+    qa = hq ? nextafterf(q, -INFINITY) : nextafterf(q, INFINITY);
+    if (hq == h_reaches(qa, zero, k)) return 0;
+    qs = hq ? q : qa;
+    if (!(fabsf(qs) < 0x1p127f) || qs == 0.f) return 0;
+    p = nextafterf(qs, -INFINITY);
+    P = (0.5 * ((double)p + (double)qs)) * (double)scale;
+    strict = (t_fbits(qs) & 1u) != 0u;
+    P32 = (float)P; /* rounded up: */
+    if ((double)P32 < P) P32 = nextafterf(P32, INFINITY);
+    c = t_ord(oscar__from_f32(P32, dt));
+    if (t_val(c, dt) < P32) c++;
+    if (strict && (double)t_val(c, dt) == P) c++;
+    *cand = c;
+    return 1;
+}
+
+typedef struct {
+    long cases, exact, nocand, wrong;
+} tally;
+
+/* one (scale, zero, range): the candidate, clamped to [lo, hi + 1], must be
+   the reference threshold */
+static void check_one(tally *t, float scale, float zero, int k, int dt, uint32_t lo, uint32_t hi, const char *what) {
+    uint32_t ref = ref_threshold(scale, zero, k, dt, lo, hi), c;
+    t->cases++;
+    if (!direct_candidate(scale, zero, k, dt, &c)) {
+        t->nocand++;
+        return;
+    }
+    c = c < lo ? lo : c > hi + 1u ? hi + 1u : c;
+    if (c == ref) {
+        t->exact++;
+    } else {
+        if (t->wrong < 10)
+            fprintf(stderr, "%s: scale %a zero %a k %d dt %d: candidate %04x, reference %04x\n", what, (double)scale,
+                    (double)zero, k, dt, t_unord(c), t_unord(ref));
+        t->wrong++;
+    }
+}
+static uint32_t lo_finite(int dt) { return t_ord(dt == OSCAR_K_DTYPE_F16 ? 0xFBFFu : 0xFF7Fu); }
+static uint32_t hi_finite(int dt) { return t_ord(dt == OSCAR_K_DTYPE_F16 ? 0x7BFFu : 0x7F7Fu); }
+
+/* a group with min mn and max mx (values of the dtype): the reference's
+   scale and zero, thresholds over the group's range and over all finite values */
+static void check_group(tally *t, float mn, float mx, int dt, const char *what) {
+    float scale = fmaxf(mx - mn, 1e-8f) / 3.0f, zero = -mn / scale;
+    int k;
+    if (!isfinite(zero) || !isfinite(scale)) return;
+    for (k = 1; k <= 3; k++) {
+        check_one(t, scale, zero, k, dt, t_ord(oscar__from_f32(mn, dt)), t_ord(oscar__from_f32(mx, dt)), what);
+        check_one(t, scale, zero, k, dt, lo_finite(dt), hi_finite(dt), what);
+    }
+}
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static uint16_t rnd_val(int dt) { /* a random finite value of the dtype */
+    for (;;) {
+        uint16_t h = (uint16_t)rnd();
+        float f = oscar__to_f32(h, dt);
+        if (isfinite(f)) return h;
+    }
+}
+
+static void report(const char *what, const tally *t) {
+    printf("%-44s %9ld cases: %9ld exact, %6ld without candidate (search), %ld wrong\n", what, t->cases, t->exact,
+           t->nocand, t->wrong);
+    fflush(stdout);
+    cr_assert_eq(t->wrong, 0, "%s: %ld wrong candidates", what, t->wrong);
+}
+
+/* every clipped group: min = -tau, max = tau, for every positive finite tau */
+Test(quantize_thresh, clipped_groups_all_tau) {
+    int dt;
+    for (dt = 0; dt < 2; dt++) {
+        int dtype = dt ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        uint32_t h, top = dt ? 0x7BFFu : 0x7F7Fu;
+        tally t = {0, 0, 0, 0};
+        for (h = 1; h <= top; h++) {
+            float tau = oscar__to_f32((uint16_t)h, dtype);
+            check_group(&t, -tau, tau, dtype, "clipped");
+        }
+        report(dt ? "clipped (-tau, tau), every f16 tau" : "clipped (-tau, tau), every bf16 tau", &t);
+        cr_assert(t.exact >= t.cases - t.cases / 1000, "too many without a candidate");
+    }
+}
+
+/* random groups: min and max of random sign and magnitude, near-equal ones
+   (scale = 1e-8 / 3), one-sided ones, both of small exponent spread */
+Test(quantize_thresh, random_groups) {
+    int dt, i;
+    for (dt = 0; dt < 2; dt++) {
+        int dtype = dt ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        tally t = {0, 0, 0, 0};
+        for (i = 0; i < 400000; i++) {
+            float a, b;
+            int mode = i % 4;
+            if (mode == 0) { /* anything */
+                a = oscar__to_f32(rnd_val(dtype), dtype), b = oscar__to_f32(rnd_val(dtype), dtype);
+            } else if (mode == 1) { /* a few ulps apart */
+                uint32_t o = t_ord(rnd_val(dtype));
+                a = t_val(o, dtype), b = t_val(o + rnd() % 8u, dtype);
+                if (!isfinite(b)) continue;
+            } else if (mode == 2) { /* KV-like magnitudes, mixed signs */
+                a = oscar__to_f32(oscar__from_f32(ldexpf((float)(rnd() % 65536u) / 65536.f, (int)(rnd() % 12u) - 6), dtype), dtype);
+                b = oscar__to_f32(oscar__from_f32(ldexpf((float)(rnd() % 65536u) / 65536.f, (int)(rnd() % 12u) - 6), dtype), dtype);
+                if (rnd() & 1u) a = -a;
+                if (rnd() & 3u) b = -b;
+            } else { /* near-symmetric: -tau and a value a few ulps off tau */
+                uint32_t o = t_ord(rnd_val(dtype));
+                b = fabsf(t_val(o, dtype));
+                a = -t_val(t_ord(oscar__from_f32(b, dtype)) + rnd() % 5u - 2u, dtype);
+                if (!isfinite(a)) continue;
+            }
+            if (a > b) {
+                float s = a;
+                a = b, b = s;
+            }
+            check_group(&t, a, b, dtype, "random");
+        }
+        report(dt ? "random groups, f16" : "random groups, bf16", &t);
+    }
+}
+
+/* arbitrary (scale, zero): zero a few ulps around each level's boundaries
+   M_k and k - 0.5, scales of few mantissa bits (exact ties in v / scale),
+   tiny and huge scales, large zero points */
+Test(quantize_thresh, arbitrary_scale_zero) {
+    static const float fewbits[] = {1.f, 1.5f, 1.25f, 1.75f, 1.125f, 1.0078125f};
+    int dt, i, k, j;
+    for (dt = 0; dt < 2; dt++) {
+        int dtype = dt ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        tally t = {0, 0, 0, 0};
+        for (i = 0; i < 30000; i++) {
+            float scale, base, zero;
+            int e = (int)(rnd() % 200u) - 100;
+            if (i % 3 == 0)
+                scale = ldexpf(fewbits[rnd() % 6u], e);
+            else if (i % 3 == 1)
+                scale = ldexpf(1.f + (float)(rnd() % 8388608u) / 8388608.f, e);
+            else
+                scale = ldexpf(1.f + (float)(rnd() % 8388608u) / 8388608.f, (int)(rnd() % 10u) - 12);
+            if (scale < 1e-8f / 3.0f) scale = 1e-8f / 3.0f;
+            for (k = 1; k <= 3; k++) {
+                base = (rnd() & 1u) ? (float)T_M[k - 1] : (float)k - 0.5f;
+                if (rnd() % 4u == 0) base = (float)k - 1.f;
+                for (j = -4; j <= 4; j++) {
+                    int n;
+                    zero = base;
+                    for (n = 0; n < (j < 0 ? -j : j); n++) zero = nextafterf(zero, j < 0 ? -INFINITY : INFINITY);
+                    check_one(&t, scale, zero, k, dtype, lo_finite(dtype), hi_finite(dtype), "zero near boundary");
+                }
+                zero = ldexpf((float)(rnd() % 65536u) / 32768.f - 1.f, (int)(rnd() % 40u) - 10);
+                check_one(&t, scale, zero, k, dtype, lo_finite(dtype), hi_finite(dtype), "random zero");
+                zero = (float)(rnd() % 8u) * 0.5f - 0.5f; /* dyadic: ties in the adds */
+                check_one(&t, scale, zero, k, dtype, lo_finite(dtype), hi_finite(dtype), "dyadic zero");
+            }
+        }
+        report(dt ? "arbitrary (scale, zero), f16" : "arbitrary (scale, zero), bf16", &t);
+    }
+}
+
+/* the bisection reference against exhaustive scans (monotone, same threshold),
+   and the candidate against the scans */
+Test(quantize_thresh, exhaustive_scans) {
+    int dt, i, k;
+    for (dt = 0; dt < 2; dt++) {
+        int dtype = dt ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        uint32_t lo = lo_finite(dtype), hi = hi_finite(dtype);
+        long n = 0, nocand = 0;
+        for (i = 0; i < 300; i++) {
+            float mn, mx, scale, zero;
+            if (i % 2 == 0) {
+                mx = fabsf(oscar__to_f32(oscar__from_f32(ldexpf((float)(rnd() % 65536u) / 65536.f, (int)(rnd() % 16u) - 8), dtype), dtype));
+                mn = -mx;
+            } else {
+                mn = oscar__to_f32(rnd_val(dtype), dtype), mx = oscar__to_f32(rnd_val(dtype), dtype);
+                if (mn > mx) {
+                    float s = mn;
+                    mn = mx, mx = s;
+                }
+            }
+            scale = fmaxf(mx - mn, 1e-8f) / 3.0f, zero = -mn / scale;
+            if (!isfinite(zero) || !isfinite(scale)) continue;
+            for (k = 1; k <= 3; k++) {
+                int mono = 1;
+                uint32_t s = scan_threshold(scale, zero, k, dtype, lo, hi, &mono), c;
+                cr_assert(mono, "not monotone: scale %a zero %a k %d", (double)scale, (double)zero, k);
+                cr_assert_eq(s, ref_threshold(scale, zero, k, dtype, lo, hi));
+                if (direct_candidate(scale, zero, k, dtype, &c)) {
+                    c = c < lo ? lo : c > hi + 1u ? hi + 1u : c;
+                    cr_assert_eq(c, s, "scale %a zero %a k %d: candidate %04x scan %04x", (double)scale, (double)zero, k,
+                                 t_unord(c), t_unord(s));
+                } else {
+                    nocand++;
+                }
+                n++;
+            }
+        }
+        printf("exhaustive scans, %s: %ld thresholds (every finite value), %ld without candidate\n", dt ? "f16" : "bf16",
+               n, nocand);
+    }
+}
