@@ -1402,6 +1402,22 @@ typedef struct oscar__tune_outcome {
     char rejected[256];
 } oscar__tune_outcome;
 
+/* The end of one tuned shape, the same in every family (the key and the
+   parameters of e are the family's): the entry's times and the report's
+   numbers from the outcome, then the entry stored. */
+OSCAR__PRIVATE oscar_status oscar__tune_finish_shape(oscar_ctx *ctx, const char *func, oscar__tune_entry *e,
+                                                     const oscar__tune_outcome *oc, const char *const *labels, double t0,
+                                                     oscar_tune_report *rep) {
+    e->default_us = oc->def_us, e->tuned_us = oc->best_us;
+    rep->default_us = oc->def_us, rep->default_spread_us = oc->def_iqr;
+    rep->tuned_us = oc->best_us, rep->tuned_spread_us = oc->best_iqr;
+    rep->num_candidates = oc->num_valid, rep->num_rejected = oc->num_rejected, rep->improved = oc->best != 0;
+    snprintf(rep->params, sizeof rep->params, "%s", labels[oc->best]);
+    snprintf(rep->rejected, sizeof rep->rejected, "%s", oc->rejected);
+    rep->seconds = (oscar__now_ms() - t0) * 1e-3;
+    return oscar__tune_store(ctx, func, e, rep->seconds);
+}
+
 OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_fn run, oscar__tune_check_fn check,
                                               void *user, int ncand, const char *const *labels, int nsets, int warmup,
                                               int reps, oscar__tune_outcome *out) {
@@ -1816,14 +1832,7 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
             if (L > 0) e.params[OSCAR__TP_DEC_INT2_SPLITS] = w->int2[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_INT2_SPLITS;
             if (W > 0) e.params[OSCAR__TP_DEC_WINDOW_SPLITS] = w->win[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_WINDOW_SPLITS;
         }
-        e.default_us = oc.def_us, e.tuned_us = oc.best_us;
-        rep.default_us = oc.def_us, rep.default_spread_us = oc.def_iqr;
-        rep.tuned_us = oc.best_us, rep.tuned_spread_us = oc.best_iqr;
-        rep.num_candidates = oc.num_valid, rep.num_rejected = oc.num_rejected, rep.improved = oc.best != 0;
-        snprintf(rep.params, sizeof rep.params, "%s", labels[oc.best]);
-        snprintf(rep.rejected, sizeof rep.rejected, "%s", oc.rejected);
-        rep.seconds = (oscar__now_ms() - t0) * 1e-3;
-        st = oscar__tune_store(ctx, "oscar_tune_decode", &e, rep.seconds);
+        st = oscar__tune_finish_shape(ctx, "oscar_tune_decode", &e, &oc, labels, t0, &rep);
         oscar__info(ctx, "oscar_tune_decode: %s: default %s %.1f us, kept %s %.1f us (%d candidates, %d rejected)", rep.key,
                     rep.default_params, rep.default_us, rep.params, rep.tuned_us, rep.num_candidates, rep.num_rejected);
     shape_done:
@@ -1995,14 +2004,7 @@ OSCAR_API oscar_status oscar_tune_merge(oscar_ctx *ctx, const oscar_tune_merge_d
             memcpy(e.key, key, sizeof key);
             oscar__tune_family_digest(OSCAR_TUNE_FAMILY_MERGE_STATES, e.src);
             if (oc.best) e.params[OSCAR__TP_MRG_ROWS_PER_CTA] = m.rows_per_cta[oc.best], e.params_set = 1u;
-            e.default_us = oc.def_us, e.tuned_us = oc.best_us;
-            rep.default_us = oc.def_us, rep.default_spread_us = oc.def_iqr;
-            rep.tuned_us = oc.best_us, rep.tuned_spread_us = oc.best_iqr;
-            rep.num_candidates = oc.num_valid, rep.num_rejected = oc.num_rejected, rep.improved = oc.best != 0;
-            snprintf(rep.params, sizeof rep.params, "%s", labels[oc.best]);
-            snprintf(rep.rejected, sizeof rep.rejected, "%s", oc.rejected);
-            rep.seconds = (oscar__now_ms() - t0) * 1e-3;
-            st = oscar__tune_store(ctx, "oscar_tune_merge", &e, rep.seconds);
+            st = oscar__tune_finish_shape(ctx, "oscar_tune_merge", &e, &oc, labels, t0, &rep);
         }
         oscar__free(ctx, m.ref_o), oscar__free(ctx, m.cand_o), oscar__free(ctx, m.ref_lse), oscar__free(ctx, m.cand_lse);
         oscar__tune_mem_free(ctx, &mem);
@@ -2276,14 +2278,7 @@ OSCAR_API oscar_status oscar_tune_quantize(oscar_ctx *ctx, const oscar_tune_quan
             e.params[OSCAR__TP_QNT_WARPS_PER_CTA] = q.warps_per_cta[oc.best];
             e.params_set = (1u << OSCAR__TP_QNT_ROWS_PER_WARP) | (1u << OSCAR__TP_QNT_WARPS_PER_CTA);
         }
-        e.default_us = oc.def_us, e.tuned_us = oc.best_us;
-        rep.default_us = oc.def_us, rep.default_spread_us = oc.def_iqr;
-        rep.tuned_us = oc.best_us, rep.tuned_spread_us = oc.best_iqr;
-        rep.num_candidates = oc.num_valid, rep.num_rejected = oc.num_rejected, rep.improved = oc.best != 0;
-        snprintf(rep.params, sizeof rep.params, "%s", labels[oc.best]);
-        snprintf(rep.rejected, sizeof rep.rejected, "%s", oc.rejected);
-        rep.seconds = (oscar__now_ms() - t0) * 1e-3;
-        st = oscar__tune_store(ctx, "oscar_tune_quantize", &e, rep.seconds);
+        st = oscar__tune_finish_shape(ctx, "oscar_tune_quantize", &e, &oc, labels, t0, &rep);
         oscar__info(ctx, "oscar_tune_quantize: %s: default %s %.1f us, kept %s %.1f us (%d candidates, %d rejected)", rep.key,
                     rep.default_params, rep.default_us, rep.params, rep.tuned_us, rep.num_candidates, rep.num_rejected);
     shape_done:
