@@ -44,6 +44,15 @@ static void print_report(const char *what, const oscar_tune_report *r) {
            r->num_candidates, r->num_rejected, r->rejected[0] ? ": " : "", r->rejected, r->seconds);
 }
 
+/* The table file as written, for the log. */
+static void print_table(const char *path) {
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    cr_assert(f != NULL, "cannot read %s", path);
+    while (fgets(line, sizeof line, f)) printf("  %s", line);
+    fclose(f);
+}
+
 Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout = 900) {
     oscar_ctx *ctx = gpu_ctx_with_table();
     oscar_tune_decode_desc d = {0};
@@ -106,13 +115,7 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     cr_assert(info.provenance.num_sms > 0 && info.provenance.tuning_seconds > 0 && info.provenance.date[0]);
     printf("table (%s, %d SMs, sm_%d, %.1f s):\n", info.provenance.gpu_name, info.provenance.num_sms, info.provenance.sm,
            info.provenance.tuning_seconds);
-    {
-        FILE *f = fopen(tmp_table, "r");
-        char line[1024];
-        cr_assert(f != NULL);
-        while (fgets(line, sizeof line, f)) printf("  %s", line);
-        fclose(f);
-    }
+    print_table(tmp_table);
     unlink(tmp_table);
     oscar_shutdown(ctx);
 }
@@ -285,13 +288,7 @@ Test(tune_gpu, quantize_rejects_wrong_tiles_and_the_table_tile_is_applied, .time
     TU_OK(ctx, oscar_tune_table_load(ctx, tmp_table));
     TU_OK(ctx, oscar_query_tune_info(ctx, &info));
     cr_assert_eq(info.num_entries, 3);
-    {
-        FILE *f = fopen(tmp_table, "r");
-        char line[1024];
-        cr_assert(f != NULL);
-        while (fgets(line, sizeof line, f)) printf("  %s", line);
-        fclose(f);
-    }
+    print_table(tmp_table);
     unlink(tmp_table);
     oscar_shutdown(ctx);
 }
