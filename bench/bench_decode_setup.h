@@ -13,6 +13,7 @@
 #define OSCAR_BENCH_DECODE_SETUP_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef struct bds_shape {
@@ -20,6 +21,18 @@ typedef struct bds_shape {
     int64_t ctx; /* tokens per request: the last 320 (or all, if fewer) in the bf16 window, the rest INT2 */
     int D;       /* head dim */
 } bds_shape;
+
+/* --shape B:CTX:D (B, CTX >= 1, D in {64, 128, 256}) into *out; 0 when malformed (after saying so) */
+static inline int bds_parse_shape(const char *arg, bds_shape *out) {
+    long long c = 0;
+    if (sscanf(arg, "%d:%lld:%d", &out->B, &c, &out->D) != 3 || out->B < 1 || c < 1 ||
+        (out->D != 64 && out->D != 128 && out->D != 256)) {
+        printf("--shape wants B:CTX:D with B, CTX >= 1 and D in {64, 128, 256}, got \"%s\"\n", arg);
+        return 0;
+    }
+    out->ctx = c;
+    return 1;
+}
 
 /* xorshift64: a stream per problem, so threads do not share a state */
 typedef struct bds_rng {

@@ -114,13 +114,8 @@ int main(int argc, char **argv) {
             if (b.reps < 1) b.reps = 1;
             b.warmup = b.reps < 5 ? 0 : 5;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            long long c = 0;
-            if (sscanf(argv[++i], "%d:%lld:%d", &one.B, &c, &one.D) != 3 || one.B < 1 || c < 1 ||
-                (one.D != 64 && one.D != 128 && one.D != 256)) {
-                printf("--shape wants B:CTX:D with B, CTX >= 1 and D in {64, 128, 256}, got \"%s\"\n", argv[i]);
-                return 2;
-            }
-            one.ctx = c, b.shapes = &one, b.nshapes = 1;
+            if (!bds_parse_shape(argv[++i], &one)) return 2;
+            b.shapes = &one, b.nshapes = 1;
         } else {
             printf("usage: bench_multi_gpu [--quick] [--shape B:CTX:D] [--reps N] [--burst N] [--gpus N] [--out DIR]\n");
             return 2;
