@@ -233,11 +233,6 @@ __device__ __forceinline__ u32 q_opaque(u32 a) {
     asm volatile("mov.b32 %0, %1;" : "=r"(d) : "r"(a));
     return d;
 }
-__device__ __forceinline__ u32 q_hadd2(u32 a, u32 b) {
-    u32 d;
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
 
 /* 16-bit sign-magnitude pattern <-> unsigned index in value order */
 __device__ __forceinline__ u32 q_ord(u32 pat) { return pat ^ ((pat & 0x8000u) ? 0xffffu : 0x8000u); }
@@ -705,8 +700,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll
                     for (int q = 0; q < 4; q++)
 #pragma unroll
-                        for (int jp = 0; jp < JP; jp++) a[jp & 3] = q_hadd2(a[jp & 3], q_absge_f16(w[q][jp], kk));
-                    const u32 s = q_hadd2(q_hadd2(a[0], a[1]), q_hadd2(a[2], a[3]));
+                        for (int jp = 0; jp < JP; jp++) a[jp & 3] = hadd2(a[jp & 3], q_absge_f16(w[q][jp], kk));
+                    const u32 s = hadd2(hadd2(a[0], a[1]), hadd2(a[2], a[3]));
                     cnt = f16_to_f32(static_cast<u16>(s & 0xffffu)) + f16_to_f32(static_cast<u16>(s >> 16));
                 } else {
                     u32 a = 0u;
