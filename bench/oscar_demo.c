@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
            "32 query / 8 KV heads needs, compiled by NVRTC, then loaded again from the disk cache:\n");
     {
         /* name prefixes: every quantize tile candidate (the tuner may pick any) */
-        static const char *wanted[] = {"oscar::quantize_kernel<128, 128, 1, ", "oscar::decode_prep_kernel<128, 128, 1>",
+        static const char *wanted[] = {"oscar::quantize_kernel<128, 128, 1, ", "oscar::decode_prep_kernel<128, 128, 4>",
                                        "oscar::decode_window_kernel<128, 1, 1>",
                                        "oscar::decode_int2_kernel<128, 128, 16, 4>", "oscar::decode_merge_kernel<128>",
                                        "oscar::dequant_kernel<128, 128, 16>"};

@@ -82,7 +82,7 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
                                        int group_ratio, int kv_dtype) {
     switch (which) {
     case 0:
-        snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__head_tiles(group_ratio));
+        snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__int2_heads(group_ratio));
         break;
     case 1:
         snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
@@ -142,16 +142,12 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
             static const int pss[3] = {1, 16, 0};
             int gs = oscar__group_sizes[g], pi;
             if (gs > hd) continue;
-            for (nh = 1; nh <= 2; nh++) {
-                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh * 8, 0);
+            for (nh = 4; nh <= 16; nh *= 2) { /* HEADS of the INT2 tier: group ratios <= 4, <= 8, <= 16 */
+                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh, 0);
                 oscar__registry_add("decode.cuh", "%s", name);
                 for (pi = 0; pi < 3; pi++) {
-                    oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh * 8, 0);
+                    oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, 0);
                     oscar__registry_add("decode.cuh", "%s", name);
-                    if (nh == 1) { /* group ratios <= 4 */
-                        oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], 4, 0);
-                        oscar__registry_add("decode.cuh", "%s", name);
-                    }
                 }
             }
         }

@@ -96,13 +96,23 @@ __device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, i
     return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(x) : bf16_to_f32(x)) * scale;
 }
 
-/* Workspace regions of the prepared queries (see decode_prep_kernel). */
-template <int D>
+/* Workspace regions of the prepared queries (written by decode_prep_kernel,
+   read by decode_int2_kernel), per (request, KV head):
+     frags  [HEADS/2 n-tiles][D/32 k-steps][32 lanes] uint2: the IMMA B
+            fragments of q' as signed base-256 digits (see decode_prep_kernel)
+     sums   [HEADS][G] f32: sum of q' over each group (as the digits carry it),
+            then [HEADS] f32: 1 / (64 S_h), what turns a head's integer dot
+            products back into q' . codes */
+template <int D, int HEADS>
 struct q_workspace {
-    __device__ static uint4 *frags(const oscar_decode_params &p) { return reinterpret_cast<uint4 *>(p.ws_q); }
-    __device__ static float *sums(const oscar_decode_params &p, int nh_tiles, int ksteps) {
-        return reinterpret_cast<float *>(reinterpret_cast<u8 *>(frags(p)) +
-                                         static_cast<u64>(p.batch_size) * p.pool.num_kv_heads * nh_tiles * ksteps * 32 * 16);
+    static constexpr int NT = HEADS / 2, KSI = D / 32;
+    __device__ static uint2 *frags(const oscar_decode_params &p, int b, int kvh) {
+        return reinterpret_cast<uint2 *>(p.ws_q) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NT * KSI * 32;
+    }
+    __device__ static float *sums(const oscar_decode_params &p, int b, int kvh, int g) {
+        const i64 frag_bytes = static_cast<i64>(p.batch_size) * p.pool.num_kv_heads * NT * KSI * 32 * 8;
+        return reinterpret_cast<float *>(reinterpret_cast<u8 *>(p.ws_q) + frag_bytes) +
+               (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * HEADS * (g + 1);
     }
 };
 
@@ -120,12 +130,40 @@ __device__ __forceinline__ void split_pair(float x0, float x1, u32 &hi, u32 &lo)
     hi = movmatrix_trans(hi);
     lo = movmatrix_trans(lo);
 }
-/* The high or the low part alone, in the B layout. */
+/* One value as the 16-bit pair (hi, lo): hi in the low half (mma column
+   2c), the remainder lo in the high half (column 2c + 1). */
 template <int DTYPE>
-__device__ __forceinline__ u32 split_half(float x0, float x1, bool low) {
-    u32 hi, lo;
-    hi_lo_pair<DTYPE>(x0, x1, hi, lo);
-    return movmatrix_trans(low ? lo : hi);
+__device__ __forceinline__ u32 hi_lo_one(float x) {
+    const u32 h = pack2<DTYPE>(x, x);
+    return pack2<DTYPE>(x, x - to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)));
+}
+
+/* D[16x8] += A[16x32] * B[32x8]: u8 codes times s8 digits, exact s32 accumulation. */
+__device__ __forceinline__ void imma_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The QK A fragments of k-step ks (m16n8k32, u8) from a lane's ldmatrix
+   registers: each register is 4 code bytes of one token (byte j of the
+   quartered packing holds dims j, j + D/4, j + D/2, j + 3D/4), and one AND
+   keeps quarter k of all four as code * 4^k (0..192): 4 codes per LOP3, no
+   conversion. The 4^k goes into q's digits (decode_prep_kernel).
+   D >= 128: block ks / 4, quarter ks % 4 of r[block][0..3]
+   (token g | g + 8, bytes 4c.. | 16 + 4c..). D = 64 (16-byte rows): quarter
+   2 ks of r[0][0..1] in k 0-15, quarter 2 ks + 1 in k 16-31. */
+template <int D, int NBLK>
+__device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
+    if constexpr (D == 64) {
+        const u32 m0 = 0x03030303u << (4 * ks), m1 = 0x03030303u << (4 * ks + 2);
+        a0 = r[0][0] & m0, a1 = r[0][1] & m0, a2 = r[0][0] & m1, a3 = r[0][1] & m1;
+    } else {
+        const int bk = ks / 4;
+        const u32 m = 0x03030303u << (2 * (ks % 4));
+        a0 = r[bk][0] & m, a1 = r[bk][1] & m, a2 = r[bk][2] & m, a3 = r[bk][3] & m;
+    }
 }
 
 /* Exact codes of quarter k of bytes (0, 2) of r as two f16 values: the
@@ -214,6 +252,18 @@ struct int2_map {
     __device__ static constexpr int k_group_base(int ks) {
         return D == 64 ? 16 * ks : 32 * (ks / 8) + (ks % 4) * Q4;
     }
+    /* QK with IMMA: the natural dim and the quarter of k index kk (0..31) of
+       k-step ks (qk_code_frags); every k-step covers 32 consecutive dims */
+    __device__ static int qk_dim(int ks, int kk, int &quarter) {
+        if constexpr (D == 64) {
+            quarter = 2 * ks + (kk >> 4);
+            return quarter * 16 + (kk & 15);
+        } else {
+            quarter = ks % 4;
+            return quarter * Q4 + 32 * (ks / 4) + kk;
+        }
+    }
+    __device__ static constexpr int qk_group_base(int ks) { return D == 64 ? 32 * ks : (ks % 4) * Q4 + 32 * (ks / 4); }
     /* PV, A operand row g (half 0) or g + 8 (half 1) */
     __device__ static int v_dim(int mt, int g, int half) {
         if constexpr (D == 64) {
@@ -396,23 +446,31 @@ __device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, 
 
 /* ======================================================================== */
 /* Queries, once per step: q scaled so logits come out in base 2 (for the   */
-/* window tier), and q' = q @ R_k for the INT2 tier, already split into f16 */
-/* hi + lo parts and laid out as each lane's mma B fragments, with the     */
-/* per-group sums the INT2 kernel adds for the group minima.               */
+/* window tier), and q' = q @ R_k for the INT2 tier, as the INT2 kernel's   */
+/* IMMA B fragments, with the per-group sums it adds for the group minima.  */
 /* Grid (batch, kv heads), 256 threads; R_k goes through shared memory in   */
 /* row chunks of 64 KB, loaded with every load in flight at once.           */
-template <int HEAD_DIM, int GROUP_SIZE, int NH>
+/* q' as integers: per head h, S_h = 2^(23 - E_h) with max_d |q'_hd| < 2^E_h,
+   Q_hd = rint(q'_hd * S_h) (|Q| <= 2^23: q' to 24 bits of its head's largest
+   element -- f32-like logits); for a dim in quarter k the kernel's A operand
+   is code * 4^k, so B carries M = Q * 4^(3 - k) (|M| <= 2^29) and every
+   product is 64 * Q * code. M as four signed base-256 digits
+   M = d0 + 2^8 d1 + 2^16 d2 + 2^24 d3, one digit per B column:
+   column n of QK n-tile nt = head n / 2 + 4 (nt / 2), digit 2 (nt % 2) + n % 2,
+   so each lane's accumulators hold all four digits of its head (c + 4 j). */
+template <int HEAD_DIM, int GROUP_SIZE, int HEADS>
 __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
-    constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, KS = D / 16, THREADS = 256;
+    constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, THREADS = 256;
     constexpr int PARTS = THREADS / D;                     /* threads per output column */
     constexpr int CHUNK_ROWS = (16384 / D) < D ? 16384 / D : D; /* 64 KB of f32 rows */
     using MAP = int2_map<D>;
-    using QW = q_workspace<D>;
+    using QW = q_workspace<D, HEADS>;
     extern __shared__ __align__(16) u8 smem[];
     float *rs = reinterpret_cast<float *>(smem);           /* [CHUNK_ROWS][D] */
     __shared__ float qs[16][D];
     __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][16][D];
+    __shared__ int exps[16];
     pdl_launch_next();
     const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
     pdl_wait(); /* the previous step's merge may still read this workspace */
@@ -462,57 +520,93 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
                 if (j < r) qs[j][n] = acc[j]; /* qs now holds q' */
         __syncthreads();
     }
-    /* lane fragments: uint4 {hi b0, hi b1, lo b0, lo b1} per (n-tile, k-step, lane) */
-    uint4 *frag = QW::frags(p) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * KS * 32;
-    for (int i = t; i < NH * KS * 32; i += THREADS) {
-        const int nh = i / (KS * 32), ks = (i / 32) % KS, lane = i % 32, g = lane >> 2, c = lane & 3;
-        const int h = nh * 8 + g;
-        float v[4], hv[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            v[e] = h < r ? qs[h][MAP::k_dim(ks, c, e)] : 0.f;
-            hv[e] = f16_to_f32(f32_to_f16(v[e]));
-        }
-        frag[i] = make_uint4(pack2<OSCAR_K_DTYPE_F16>(hv[0], hv[1]), pack2<OSCAR_K_DTYPE_F16>(hv[2], hv[3]),
-                             pack2<OSCAR_K_DTYPE_F16>(v[0] - hv[0], v[1] - hv[1]),
-                             pack2<OSCAR_K_DTYPE_F16>(v[2] - hv[2], v[3] - hv[3]));
-    }
-    float *sums = QW::sums(p, NH, KS) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * 8 * G;
-    /* a warp per (head, group) sum: a single thread walking 128 dims was the
-       prep kernel's longest chain */
-    for (int i = t / 32; i < NH * 8 * G; i += THREADS / 32) {
-        const int h = i / G, grp = i % G;
-        float s = 0.f;
+    /* per head: E_h, then Q = rint(q' * S_h) in place (exact integers in f32) */
+    const int lane = t & 31, warp = t / 32;
+    for (int h = warp; h < HEADS; h += THREADS / 32) {
+        float amax = 0.f;
         if (h < r)
-            for (int d = grp * GROUP_SIZE + (t & 31); d < (grp + 1) * GROUP_SIZE; d += 32) {
-                const float hi = f16_to_f32(f32_to_f16(qs[h][d]));
-                s += hi + f16_to_f32(f32_to_f16(qs[h][d] - hi));
-            }
+            for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(qs[h][d]));
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+        int e = 0;
+        frexpf(amax, &e); /* amax < 2^e (e = 0 for 0) */
+        const float S = ldexpf(1.f, 23 - e);
+        if (h < r)
+            for (int d = lane; d < D; d += 32) qs[h][d] = rintf(qs[h][d] * S);
+        if (lane == 0) exps[h] = e;
+    }
+    __syncthreads();
+    constexpr int NT = HEADS / 2, KSI = D / 32;
+    uint2 *frag = QW::frags(p, b, kvh);
+    for (int i = t; i < NT * KSI * 32; i += THREADS) {
+        const int nt = i / (KSI * 32), ks = (i / 32) % KSI, ln = i % 32, g = ln >> 2, c = ln & 3;
+        const int h = g / 2 + 4 * (nt / 2), digit = 2 * (nt % 2) + (g & 1);
+        u32 w[2] = {0u, 0u};
+        if (h < r)
+#pragma unroll
+            for (int reg = 0; reg < 2; reg++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int quarter;
+                    const int d = MAP::qk_dim(ks, 16 * reg + 4 * c + e, quarter);
+                    int m = static_cast<int>(qs[h][d]) * (1 << (2 * (3 - quarter)));
+                    for (int k = 0; k < digit; k++) m = (m - static_cast<signed char>(m & 0xff)) / 256; /* exact */
+                    const int dg = digit == 3 ? m : static_cast<signed char>(m & 0xff);
+                    w[reg] |= static_cast<u32>(dg & 0xff) << (8 * e);
+                }
+        frag[i] = make_uint2(w[0], w[1]);
+    }
+    /* sums of q' per (head, group) as the digits carry it, and 1 / (64 S_h);
+       a warp per (head, group): a single thread walking 128 dims was the
+       prep kernel's longest chain */
+    float *sums = QW::sums(p, b, kvh, G);
+    for (int i = warp; i < HEADS * G; i += THREADS / 32) {
+        const int h = i / G, grp = i % G;
+        double s = 0.0; /* integers: exact */
+        if (h < r)
+            for (int d = grp * GROUP_SIZE + lane; d < (grp + 1) * GROUP_SIZE; d += 32) s += qs[h][d];
 #pragma unroll
         for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-        if ((t & 31) == 0) sums[i] = s;
+        if (lane == 0) {
+            sums[i] = static_cast<float>(ldexp(s, exps[h] - 23));
+            if (grp == 0) sums[HEADS * G + h] = ldexpf(1.f, exps[h] - 29);
+        }
     }
 }
 
 /* ======================================================================== */
 /* INT2 tier                                                                 */
 /* HEADS: the most query heads per KV head this instantiation serves (4, 8
-   or 16). With 4 or fewer, q' (and p * scale) travel as hi | lo halves of
-   one 8-column n-tile -- heads 0-3 the 16-bit high parts, 4-7 the low parts --
-   so one mma does what two did; the halves are summed by one shuffle per
-   logit and, for o, once at the end (PACK). */
+   or 16). Lane (g, c) owns heads c + 4 j (j < HEADS / 4): their logits for
+   tokens g and g + 8 of each 16-token sub-tile, their softmax state, and
+   their output columns.
+   QK on the integer tensor cores (v6): the codes go in as bytes,
+   code * 4^k = (code word) & (0x03030303 << 2k), 4 codes per LOP3 and no
+   conversion; q' as four s8 digits per head (decode_prep_kernel), so the s32
+   accumulators are exact and one IMAD + one I2F per digit pair rebuild the
+   dot product.
+   PV as before on bf16 mma (v3-v5): V codes unpacked to exact bf16 values
+   (LOP3 + HFMA2 per pair), p * scale as bf16 hi + lo. With HEADS = 4 the
+   hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
+   otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
+   2c + 1) and hi and lo are two mma into the same accumulators. */
 template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS>
-__global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SIZE == HEAD_DIM) ? 5 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
-    constexpr int NH = HEADS > 8 ? 2 : 1;
-    constexpr bool PACK = HEADS <= 4;
-    constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KS = D / 16, MT = D / 16;
+    constexpr int HS = HEADS / 4;            /* head slots per lane */
+    constexpr int NT = HEADS / 2;            /* QK n-tiles: 4 digit columns per head */
+    constexpr bool PACK = HEADS == 4;
+    constexpr int NV = PACK ? 1 : HEADS / 8; /* PV n-tiles */
+    constexpr int NHC = HEADS > 8 ? 2 : 1;   /* 8-head tiles of the CTA combine */
+    constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KSI = D / 32, MT = D / 16;
     constexpr int TOK = 32, STAGES = 4, WARPS = 4, SC = 8 * G; /* scale bytes reserved per token and side */
     constexpr int CODE_BYTES = TOK * Q4, STAGE_BYTES = 2 * CODE_BYTES + 2 * TOK * SC;
     constexpr int NBLK = D >= 128 ? Q4 / 32 : 1;
+    constexpr int ADV = WARPS * TOK;         /* tokens from one of a warp's tiles to its next */
     using MAP = int2_map<D>;
-    using COMB = cta_combine<D, NH, WARPS>;
+    using COMB = cta_combine<D, NHC, WARPS>;
+    using QW = q_workspace<D, HEADS>;
     static_assert(D == 64 || D == 128 || D == 256, "head dim");
     static_assert(D % GROUP_SIZE == 0 && GROUP_SIZE >= 32, "group size");
 
@@ -522,8 +616,6 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
-    /* the head of logit / state column e of this lane (PACK: lanes c and c ^ 2 share heads) */
-    auto head_of = [](int c_, int e_) { return PACK ? 2 * (c_ & 1) + e_ : 2 * c_ + e_; };
     const int *indices = reinterpret_cast<const int *>(p.int2_indices);
     const int ps = PAGE_SIZE > 0 ? PAGE_SIZE : p.pool.page_size;
     const int len = csr_tokens<PAGE_SIZE>(indptr, reinterpret_cast<const int *>(p.int2_last_page_len), b, ps);
@@ -533,57 +625,71 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
         write_empty_split(p, b, kvh, split);
         return;
     }
-    const int page0 = indptr[b];
+    const int *pages = indices + indptr[b];
 
-    /* ---- q' fragments (prepared by decode_prep_kernel): q' = hi + lo, both
-       f16, so the logits keep f32-like precision (q' in one f16 alone moves
-       logits of ~20 by ~3e-3); and the per-group sums of the same values */
+    /* ---- q' digits (decode_prep_kernel), per-group sums, 1 / (64 S) */
     pdl_wait();
-    u32 qf[KS][NH][2][2];
-    float qsum[NH][2][G];
+    u32 qf[KSI][NT][2];
+    float qsum[HS][G], qinv[HS];
     {
-        const uint4 *frag = q_workspace<D>::frags(p) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * KS * 32;
-        const float *sums = q_workspace<D>::sums(p, NH, KS) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NH * 8 * G;
+        const uint2 *frag = QW::frags(p, b, kvh);
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const uint4 f = frag[(nh * KS + ks) * 32 + lane];
-                qf[ks][nh][0][0] = f.x, qf[ks][nh][0][1] = f.y, qf[ks][nh][1][0] = f.z, qf[ks][nh][1][1] = f.w;
-                if constexpr (PACK) { /* columns 4-7 (lanes 16-31) take the low parts of heads 0-3 */
-                    const u32 lo0 = __shfl_sync(0xffffffffu, f.z, lane & 15), lo1 = __shfl_sync(0xffffffffu, f.w, lane & 15);
-                    if (lane >= 16) qf[ks][nh][0][0] = lo0, qf[ks][nh][0][1] = lo1;
-                }
+            for (int ks = 0; ks < KSI; ks++) {
+                const uint2 f = frag[(nt * KSI + ks) * 32 + lane];
+                qf[ks][nt][0] = f.x, qf[ks][nt][1] = f.y;
             }
+        const float *sums = QW::sums(p, b, kvh, G);
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++)
+        for (int j = 0; j < HS; j++) {
+            qinv[j] = sums[HEADS * G + c + 4 * j];
 #pragma unroll
-            for (int e = 0; e < 2; e++)
-#pragma unroll
-                for (int grp = 0; grp < G; grp++) qsum[nh][e][grp] = sums[(nh * 8 + head_of(c, e)) * G + grp];
+            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp];
+        }
     }
 
     /* ---- the pipeline: this warp's tiles are start + (warp + WARPS * i) * TOK */
     u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
+    const u32 wsm_addr = smem_addr(wsm);
     const int scale_bytes = G * (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO ? 8 : 4);
-    const u8 *kcodes = reinterpret_cast<const u8 *>(p.pool.k_codes), *vcodes = reinterpret_cast<const u8 *>(p.pool.v_codes);
-    const u8 *kscales = reinterpret_cast<const u8 *>(p.pool.k_scales), *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales);
     /* the split's tiles are dealt round-robin to the warps: this warp's count */
     const int ntiles = warp_tiles((end - start + TOK - 1) / TOK, warp, WARPS);
-    /* lane i loads token i of a tile: its page id is fetched one tile ahead */
-    auto page_of = [&](int tile) -> int {
-        const int t = start + (warp + WARPS * tile) * TOK + lane;
-        if (tile >= ntiles || t >= end) return -1;
-        return indices[page0 + t / ps];
+    /* lane i loads token i of a tile. Its position in the next tile to fetch
+       is kept incrementally (no division per tile for a run-time page size):
+       token ft, page index fpi into the request's pages, offset fpo in it;
+       the page id is fetched one tile ahead of its copies. */
+    int ft = start + warp * TOK + lane, fpi, fpo, adv_pages = 0, adv_off = 0;
+    if constexpr (PAGE_SIZE > 0) {
+        fpi = ft / PAGE_SIZE, fpo = ft % PAGE_SIZE;
+    } else {
+        fpi = ft / ps, fpo = ft - fpi * ps, adv_pages = ADV / ps, adv_off = ADV - adv_pages * ps;
+    }
+    auto fetch_page = [&](int &page, int &off) {
+        page = ft < end ? pages[fpi] : -1;
+        off = fpo;
+        ft += ADV;
+        if constexpr (PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0) {
+            fpi += ADV / PAGE_SIZE; /* the offset in the page never changes */
+        } else {
+            fpi += adv_pages, fpo += adv_off;
+            if (fpo >= ps) fpo -= ps, fpi++;
+        }
     };
-    auto issue = [&](int tile, int page, int stage) {
-        const int t = start + (warp + WARPS * tile) * TOK + lane;
-        u8 *st = wsm + stage * STAGE_BYTES;
-        const u32 kbase = smem_addr(st), vbase = kbase + CODE_BYTES, ksb = vbase + CODE_BYTES, vsb = ksb + TOK * SC;
-        const bool ok = tile < ntiles && t < end && page >= 0 && page < p.pool.num_pages;
-        const i64 off = ok ? static_cast<i64>(t % ps) : 0, pg = ok ? page : 0;
-        const i64 co = pg * p.pool.codes_page_stride + off * p.pool.codes_token_stride + kvh * p.pool.codes_head_stride;
-        const i64 so = pg * p.pool.scales_page_stride + off * p.pool.scales_token_stride + kvh * p.pool.scales_head_stride;
+    /* per-lane bases; a tile adds page * page stride (+ offset * token stride) */
+    const i64 lane_co = kvh * p.pool.codes_head_stride, lane_so = kvh * p.pool.scales_head_stride;
+    const u8 *kcodes = reinterpret_cast<const u8 *>(p.pool.k_codes) + lane_co;
+    const u8 *vcodes = reinterpret_cast<const u8 *>(p.pool.v_codes) + lane_co;
+    const u8 *kscales = reinterpret_cast<const u8 *>(p.pool.k_scales) + lane_so;
+    const u8 *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales) + lane_so;
+    auto issue = [&](int page, int off, int stage) {
+        const u32 kbase = wsm_addr + stage * STAGE_BYTES, vbase = kbase + CODE_BYTES, ksb = vbase + CODE_BYTES,
+                  vsb = ksb + TOK * SC;
+        /* page < 0: past the split's end; ids outside the pool are skipped */
+        const bool ok = static_cast<u32>(page) < static_cast<u32>(p.pool.num_pages);
+        const u64 pg = ok ? static_cast<u32>(page) : 0u;
+        const i64 co = static_cast<i64>(pg * static_cast<u64>(p.pool.codes_page_stride)) + off * p.pool.codes_token_stride;
+        const i64 so = static_cast<i64>(pg * static_cast<u64>(p.pool.scales_page_stride)) + off * p.pool.scales_token_stride;
         const int n = ok ? 16 : 0;
 #pragma unroll
         for (int ch = 0; ch < Q4 / 16; ch++) {
@@ -605,18 +711,19 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
         cp_async_commit();
     };
 
-    softmax_state<NH> sm;
-    sm.init();
-    float acc[MT][NH][4];
-    float vmin[G][NH][2];
+    float m_run[HS], l_run[HS];
+    float acc[MT][NV][4];
+    float vmin[G][HS];
+#pragma unroll
+    for (int j = 0; j < HS; j++) m_run[j] = neg_inf(), l_run[j] = 0.f;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++) acc[mt][nh][0] = acc[mt][nh][1] = acc[mt][nh][2] = acc[mt][nh][3] = 0.f;
+        for (int nv = 0; nv < NV; nv++) acc[mt][nv][0] = acc[mt][nv][1] = acc[mt][nv][2] = acc[mt][nv][3] = 0.f;
 #pragma unroll
     for (int grp = 0; grp < G; grp++)
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] = vmin[grp][nh][1] = 0.f;
+        for (int j = 0; j < HS; j++) vmin[grp][j] = 0.f;
 
     const bool f32_scales = p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO;
     const bool capped = p.logit_cap > 0.f;
@@ -634,24 +741,27 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
         }
     };
 
-    int next_page = page_of(0);
+    int next_page, next_off;
+    fetch_page(next_page, next_off);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        issue(s, next_page, s);
-        next_page = page_of(s + 1);
+        issue(next_page, next_off, s);
+        fetch_page(next_page, next_off);
     }
     for (int tile = 0; tile < ntiles; tile++) {
-        issue(tile + STAGES - 1, next_page, (tile + STAGES - 1) % STAGES);
-        next_page = page_of(tile + STAGES);
+        issue(next_page, next_off, (tile + STAGES - 1) % STAGES);
+        fetch_page(next_page, next_off);
         cp_async_wait<STAGES - 1>();
         __syncwarp();
-        const u8 *st = wsm + (tile % STAGES) * STAGE_BYTES;
-        const u32 kb = smem_addr(st), vb = kb + CODE_BYTES;
+        const int stage = tile % STAGES;
+        const u8 *st = wsm + stage * STAGE_BYTES;
+        const u32 kb = wsm_addr + stage * STAGE_BYTES, vb = kb + CODE_BYTES;
         const u8 *ksb = st + 2 * CODE_BYTES, *vsb = ksb + TOK * SC;
         const int t0 = start + (warp + WARPS * tile) * TOK;
 
-        /* ---- logits of the two 16-token sub-tiles */
-        float s[2][NH][4];
+        /* ---- logits of the two 16-token sub-tiles: s[sub][j][half] is head
+           c + 4 j at token sub * 16 + g + 8 * half */
+        float s[2][HS][2];
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
             u32 kr[NBLK][4];
@@ -665,110 +775,123 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
                                 kr[bk][1], kr[bk][2], kr[bk][3]);
                 }
             }
-            float sg[G][NH][4], sl[G][NH][4]; /* hi and lo parts: two independent mma chains */
+            float sv[2][HS], smn[2][HS];
 #pragma unroll
-            for (int grp = 0; grp < G; grp++)
+            for (int half = 0; half < 2; half++)
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++)
+                for (int j = 0; j < HS; j++) sv[half][j] = smn[half][j] = 0.f;
 #pragma unroll
-                    for (int i = 0; i < 4; i++) sg[grp][nh][i] = sl[grp][nh][i] = 0.f;
+            for (int grp = 0; grp < G; grp++) {
+                int si[NT][4]; /* digit columns: exact */
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                u32 a0, a1, a2, a3;
-                code_frags<OSCAR_K_DTYPE_F16, D, false>(kr, ks, a0, a1, a2, a3);
-                const int grp = MAP::k_group_base(ks) / GROUP_SIZE;
+                for (int nt = 0; nt < NT; nt++) si[nt][0] = si[nt][1] = si[nt][2] = si[nt][3] = 0;
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) {
-                    mma_16816<OSCAR_K_DTYPE_F16>(sg[grp][nh], a0, a1, a2, a3, qf[ks][nh][0][0], qf[ks][nh][0][1]);
-                    if constexpr (!PACK)
-                        mma_16816<OSCAR_K_DTYPE_F16>(sl[grp][nh], a0, a1, a2, a3, qf[ks][nh][1][0], qf[ks][nh][1][1]);
+                for (int ks = 0; ks < KSI; ks++) {
+                    if (MAP::qk_group_base(ks) / GROUP_SIZE != grp) continue;
+                    u32 a0, a1, a2, a3;
+                    qk_code_frags<D>(kr, ks, a0, a1, a2, a3);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) imma_16832(si[nt], a0, a1, a2, a3, qf[ks][nt][0], qf[ks][nt][1]);
+                }
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    float sc, mn;
+                    affine(ksb, sub * 16 + g + 8 * half, grp, sc, mn);
+#pragma unroll
+                    for (int j = 0; j < HS; j++) {
+                        /* digits 0 + 1 and 2 + 3: |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256) */
+                        const int lo = si[2 * j][2 * half] + 256 * si[2 * j][2 * half + 1];
+                        const int hi = si[2 * j + 1][2 * half] + 256 * si[2 * j + 1][2 * half + 1];
+                        const float x = fmaf(static_cast<float>(hi), 65536.f, static_cast<float>(lo));
+                        sv[half][j] = fmaf(sc, x, sv[half][j]);
+                        smn[half][j] = fmaf(mn, qsum[j][grp], smn[half][j]);
+                    }
                 }
             }
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const int tok = sub * 16 + g + 8 * half;
-                float sv[NH][2], sm_[NH][2];
+                const bool valid = t0 + sub * 16 + g + 8 * half < end;
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) sv[nh][0] = sv[nh][1] = sm_[nh][0] = sm_[nh][1] = 0.f;
-#pragma unroll
-                for (int grp = 0; grp < G; grp++) {
-                    float sc, mn;
-                    affine(ksb, tok, grp, sc, mn);
-#pragma unroll
-                    for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const float x = sg[grp][nh][e + 2 * half];
-                            sv[nh][e] = fmaf(sc, PACK ? x : x + sl[grp][nh][e + 2 * half], sv[nh][e]);
-                            sm_[nh][e] = fmaf(mn, qsum[nh][e][grp], sm_[nh][e]);
-                        }
+                for (int j = 0; j < HS; j++) {
+                    float x = fmaf(sv[half][j], qinv[j], smn[half][j]);
+                    if (capped) x = cap_log2 * tanh_approx(x);
+                    s[sub][j][half] = valid ? x : neg_inf();
                 }
-#pragma unroll
-                for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        if constexpr (PACK) sv[nh][e] += __shfl_xor_sync(0xffffffffu, sv[nh][e], 2); /* hi + lo */
-                        sv[nh][e] += sm_[nh][e];
-                    }
-                const bool valid = t0 + tok < end;
-#pragma unroll
-                for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float x = sv[nh][e];
-                        if (capped) x = cap_log2 * tanh_approx(x);
-                        s[sub][nh][e + 2 * half] = valid ? x : neg_inf();
-                    }
             }
         }
 
-        /* ---- online softmax */
-        float alpha[NH][2], ref[NH][2];
-        if (softmax_rescale<NH, 2>(sm, s, alpha, ref)) {
+        /* ---- online softmax, lazily rescaled (softmax_rescale's rule) */
+        float ref[HS], alpha[HS];
+        {
+            float mx[HS];
+            bool grow = false;
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+            for (int j = 0; j < HS; j++) {
+                float m = fmaxf(fmaxf(s[0][j][0], s[0][j][1]), fmaxf(s[1][j][0], s[1][j][1]));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+                mx[j] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+                grow |= mx[j] > m_run[j] + RESCALE_SLACK;
+            }
+            const bool rescale = __any_sync(0xffffffffu, grow);
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) {
-                    acc[mt][nh][0] *= alpha[nh][0], acc[mt][nh][1] *= alpha[nh][1];
-                    acc[mt][nh][2] *= alpha[nh][0], acc[mt][nh][3] *= alpha[nh][1];
+            for (int j = 0; j < HS; j++) {
+                if (rescale) {
+                    const float m_new = fmaxf(m_run[j], mx[j]);
+                    ref[j] = m_new == neg_inf() ? 0.f : m_new;
+                    alpha[j] = ex2(m_run[j] - ref[j]);
+                    m_run[j] = m_new;
+                    l_run[j] *= alpha[j];
+                } else {
+                    ref[j] = m_run[j] == neg_inf() ? 0.f : m_run[j];
                 }
+            }
+            if (rescale) {
 #pragma unroll
-            for (int grp = 0; grp < G; grp++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) vmin[grp][nh][0] *= alpha[nh][0], vmin[grp][nh][1] *= alpha[nh][1];
+                    for (int nv = 0; nv < NV; nv++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) acc[mt][nv][i] *= alpha[PACK ? 0 : 2 * nv + (i & 1)];
+#pragma unroll
+                for (int grp = 0; grp < G; grp++)
+#pragma unroll
+                    for (int j = 0; j < HS; j++) vmin[grp][j] *= alpha[j];
+            }
         }
 
         /* ---- p, p * scale -> B fragments, V codes -> A fragments, PV */
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
-            float pr[NH][4];
+            float pr[HS][2];
 #pragma unroll
-            for (int nh = 0; nh < NH; nh++)
+            for (int j = 0; j < HS; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    pr[nh][i] = ex2(s[sub][nh][i] - ref[nh][i & 1]);
-                    sm.l[nh][i & 1] += pr[nh][i];
+                for (int half = 0; half < 2; half++) {
+                    pr[j][half] = ex2(s[sub][j][half] - ref[j]);
+                    l_run[j] += pr[j][half];
                 }
             /* p * scale as bf16 hi + lo: one bf16 alone costs ~2^-9 of a
                dominant token's weight, enough to show in peaky heads */
-            u32 pb[G][NH][2], pbl[G][NH][2];
+            u32 pb[G][NV][2], pbl[G][NV][2];
 #pragma unroll
             for (int grp = 0; grp < G; grp++) {
-                float sc0, mn0, sc1, mn1;
-                affine(vsb, sub * 16 + g, grp, sc0, mn0);
-                affine(vsb, sub * 16 + g + 8, grp, sc1, mn1);
+                float sc[2], mn[2];
+                affine(vsb, sub * 16 + g, grp, sc[0], mn[0]);
+                affine(vsb, sub * 16 + g + 8, grp, sc[1], mn[1]);
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) {
-                    if constexpr (PACK) { /* lanes c < 2 hold the high parts (columns 0-3), c >= 2 the low */
-                        pb[grp][nh][0] = split_half<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, c >= 2);
-                        pb[grp][nh][1] = split_half<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, c >= 2);
+                for (int half = 0; half < 2; half++) {
+                    if constexpr (PACK) {
+                        pb[grp][0][half] = movmatrix_trans(hi_lo_one<OSCAR_K_DTYPE_BF16>(pr[0][half] * sc[half]));
                     } else {
-                        split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][0] * sc0, pr[nh][1] * sc0, pb[grp][nh][0], pbl[grp][nh][0]);
-                        split_pair<OSCAR_K_DTYPE_BF16>(pr[nh][2] * sc1, pr[nh][3] * sc1, pb[grp][nh][1], pbl[grp][nh][1]);
+#pragma unroll
+                        for (int nv = 0; nv < NV; nv++)
+                            split_pair<OSCAR_K_DTYPE_BF16>(pr[2 * nv][half] * sc[half], pr[2 * nv + 1][half] * sc[half],
+                                                           pb[grp][nv][half], pbl[grp][nv][half]);
                     }
-                    vmin[grp][nh][0] = fmaf(pr[nh][0], mn0, fmaf(pr[nh][2], mn1, vmin[grp][nh][0]));
-                    vmin[grp][nh][1] = fmaf(pr[nh][1], mn0, fmaf(pr[nh][3], mn1, vmin[grp][nh][1]));
                 }
+#pragma unroll
+                for (int j = 0; j < HS; j++) vmin[grp][j] = fmaf(pr[j][0], mn[0], fmaf(pr[j][1], mn[1], vmin[grp][j]));
             }
             u32 vr[NBLK][4];
             const int mi = lane >> 3, mr = lane & 7;
@@ -788,10 +911,10 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
                 code_frags<OSCAR_K_DTYPE_BF16, D, true>(vr, mt, a0, a1, a2, a3);
                 const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
-                for (int nh = 0; nh < NH; nh++) {
-                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pb[grp][nh][0], pb[grp][nh][1]);
+                for (int nv = 0; nv < NV; nv++) {
+                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nv], a0, a1, a2, a3, pb[grp][nv][0], pb[grp][nv][1]);
                     if constexpr (!PACK)
-                        mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nh], a0, a1, a2, a3, pbl[grp][nh][0], pbl[grp][nh][1]);
+                        mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nv], a0, a1, a2, a3, pbl[grp][nv][0], pbl[grp][nv][1]);
                 }
             }
         }
@@ -802,29 +925,34 @@ __global__ void __launch_bounds__(128) decode_int2_kernel(const __grid_constant_
     /* ---- reduce the per-lane sums over the 8 row lanes and hand the warp's
        state to the CTA combine */
 #pragma unroll
-    for (int grp = 0; grp < G; grp++)
+    for (int j = 0; j < HS; j++) {
+        l_run[j] = row_lanes_sum(l_run[j]);
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) vmin[grp][nh][e] = row_lanes_sum(vmin[grp][nh][e]);
-    if constexpr (PACK) /* o = the high-part columns + the low-part columns; lanes c < 2 hold heads 0-3 */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][0][i] += __shfl_xor_sync(0xffffffffu, acc[mt][0][i], 2);
+        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]);
+    }
     __syncthreads(); /* every warp is done with its pipeline smem */
-    /* with PACK, lanes c >= 2 store copies of heads 0-3 as "heads" 4-7: never read (r <= 4) */
-    COMB::store_state(smem, warp, g, c, sm);
+    if (g == 0)
+#pragma unroll
+        for (int j = 0; j < HS; j++) {
+            COMB::m_of(smem, warp)[c + 4 * j] = m_run[j];
+            COMB::l_of(smem, warp)[c + 4 * j] = l_run[j];
+        }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
-        for (int nh = 0; nh < NH; nh++)
+        for (int half = 0; half < 2; half++) {
+            const int d = MAP::v_dim(mt, g, half);
+            if constexpr (PACK) {
+                COMB::o_of(smem, warp, c)[d] = acc[mt][0][2 * half] + acc[mt][0][2 * half + 1] + vmin[grp][0];
+            } else {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int h = nh * 8 + 2 * c + (i & 1), d = MAP::v_dim(mt, g, i >> 1);
-                COMB::o_of(smem, warp, h)[d] = acc[mt][nh][i] + vmin[grp][nh][i & 1];
+                for (int nv = 0; nv < NV; nv++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] = acc[mt][nv][2 * half + e] + vmin[grp][2 * nv + e];
             }
+        }
     }
     __syncthreads();
     COMB::finish(smem, p, b, kvh, split);

@@ -192,11 +192,11 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     splits_total = OSCAR__CAST(size_t, pl.int2_splits + pl.window_splits);
     pl.ws_q_offset = 0;
     {
-        /* INT2 q' fragments [b][kvh][n-tile][k-step][lane] 16 B, group sums [b][kvh][16][G] f32
-           (the layout of q_workspace in decode.cuh) */
-        size_t nh = OSCAR__CAST(size_t, oscar__head_tiles(ratio)), Hkv = OSCAR__CAST(size_t, pl.num_kv_heads);
+        /* INT2 q' digit fragments [b][kvh][HEADS/2 n-tiles][D/32 k-steps][lane] 8 B, then group
+           sums and scales [b][kvh][HEADS][G + 1] f32 (the layout of q_workspace in decode.cuh) */
+        size_t heads = OSCAR__CAST(size_t, oscar__int2_heads(ratio)), Hkv = OSCAR__CAST(size_t, pl.num_kv_heads);
         size_t G = OSCAR__CAST(size_t, pl.head_dim / pl.group_size);
-        size_t q_bytes = B * Hkv * nh * (D / 16) * 32 * 16 + B * Hkv * nh * 8 * G * 4;
+        size_t q_bytes = B * Hkv * (heads / 2) * (D / 32) * 32 * 8 + B * Hkv * heads * (G + 1) * 4;
         pl.ws_o_offset = oscar__align256(q_bytes);
     }
     pl.ws_lse_offset = pl.ws_o_offset + oscar__align256(B * Hq * splits_total * D * 4);
