@@ -820,23 +820,26 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
             }
         }
 
-        /* ---- online softmax, lazily rescaled (softmax_rescale's rule) */
+        /* ---- online softmax, lazily rescaled (softmax_rescale's rule). A
+           lane's own logits decide whether the warp rescales (the warp-wide
+           max exceeds m + slack iff some lane's does); only then are the
+           maxima reduced over the 8 row lanes -- not on every tile. */
         float ref[HS], alpha[HS];
         {
             float mx[HS];
             bool grow = false;
 #pragma unroll
             for (int j = 0; j < HS; j++) {
-                float m = fmaxf(fmaxf(s[0][j][0], s[0][j][1]), fmaxf(s[1][j][0], s[1][j][1]));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-                mx[j] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+                mx[j] = fmaxf(fmaxf(s[0][j][0], s[0][j][1]), fmaxf(s[1][j][0], s[1][j][1]));
                 grow |= mx[j] > m_run[j] + RESCALE_SLACK;
             }
             const bool rescale = __any_sync(0xffffffffu, grow);
 #pragma unroll
             for (int j = 0; j < HS; j++) {
                 if (rescale) {
+                    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
+                    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
+                    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
                     const float m_new = fmaxf(m_run[j], mx[j]);
                     ref[j] = m_new == neg_inf() ? 0.f : m_new;
                     alpha[j] = ex2(m_run[j] - ref[j]);
