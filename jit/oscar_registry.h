@@ -79,7 +79,7 @@ OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio >
 /* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
 OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
 OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
-                                       int group_ratio, int kv_dtype) {
+                                       int group_ratio, int kv_dtype, int scale_layout) {
     switch (which) {
     case 0:
         snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__int2_heads(group_ratio));
@@ -89,8 +89,8 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
                  kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
         break;
     case 2:
-        snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d>", head_dim, group_size,
-                 oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio));
+        snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
+                 oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
         break;
     default: snprintf(out, cap, "oscar::decode_merge_kernel<%d>", head_dim); break;
     }
@@ -131,11 +131,11 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
         }
     for (d = 0; d < 3; d++) {
         int hd = oscar__head_dims[d], nh, dt;
-        oscar__name_decode(name, sizeof name, 3, hd, hd, 1, 1, 0);
+        oscar__name_decode(name, sizeof name, 3, hd, hd, 1, 1, 0, 0);
         oscar__registry_add("decode.cuh", "%s", name);
         for (nh = 1; nh <= 2; nh++)
             for (dt = 0; dt < 2; dt++) {
-                oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16);
+                oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16, 0);
                 oscar__registry_add("decode.cuh", "%s", name);
             }
         for (g = 0; g < 4; g++) {
@@ -143,11 +143,14 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
             int gs = oscar__group_sizes[g], pi;
             if (gs > hd) continue;
             for (nh = 4; nh <= 16; nh *= 2) { /* HEADS of the INT2 tier: group ratios <= 4, <= 8, <= 16 */
-                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh, 0);
+                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh, 0, 0);
                 oscar__registry_add("decode.cuh", "%s", name);
                 for (pi = 0; pi < 3; pi++) {
-                    oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, 0);
-                    oscar__registry_add("decode.cuh", "%s", name);
+                    int sl;
+                    for (sl = OSCAR_K_SCALE_F16_SCALE_MIN; sl <= OSCAR_K_SCALE_F32_SCALE_ZERO; sl++) {
+                        oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, 0, sl);
+                        oscar__registry_add("decode.cuh", "%s", name);
+                    }
                 }
             }
         }

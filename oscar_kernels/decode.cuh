@@ -590,7 +590,7 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
-template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS>
+template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS, int SCALE_LAYOUT>
 __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SIZE == HEAD_DIM) ? 5 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
@@ -652,7 +652,8 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
     /* ---- the pipeline: this warp's tiles are start + (warp + WARPS * i) * TOK */
     u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
     const u32 wsm_addr = smem_addr(wsm);
-    const int scale_bytes = G * (p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO ? 8 : 4);
+    constexpr bool F32_SCALES = SCALE_LAYOUT == OSCAR_K_SCALE_F32_SCALE_ZERO;
+    constexpr int scale_bytes = G * (F32_SCALES ? 8 : 4);
     /* the split's tiles are dealt round-robin to the warps: this warp's count */
     const int ntiles = warp_tiles((end - start + TOK - 1) / TOK, warp, WARPS);
     /* lane i loads token i of a tile. Its position in the next tile to fetch
@@ -696,12 +697,12 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
             cp_async16(kbase + tile_off<Q4>(lane, ch), kcodes + co + ch * 16, n);
             cp_async16(vbase + tile_off<Q4>(lane, ch), vcodes + co + ch * 16, n);
         }
-        if (scale_bytes >= 16) {
+        if constexpr (scale_bytes >= 16) {
             for (int ch = 0; ch < scale_bytes / 16; ch++) {
                 cp_async16(ksb + lane * SC + ch * 16, kscales + so + ch * 16, n);
                 cp_async16(vsb + lane * SC + ch * 16, vscales + so + ch * 16, n);
             }
-        } else if (scale_bytes == 8) {
+        } else if constexpr (scale_bytes == 8) {
             cp_async8(ksb + lane * SC, kscales + so, ok ? 8 : 0);
             cp_async8(vsb + lane * SC, vscales + so, ok ? 8 : 0);
         } else {
@@ -725,12 +726,11 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
 #pragma unroll
         for (int j = 0; j < HS; j++) vmin[grp][j] = 0.f;
 
-    const bool f32_scales = p.pool.scale_layout == OSCAR_K_SCALE_F32_SCALE_ZERO;
     const bool capped = p.logit_cap > 0.f;
     const float cap_log2 = p.logit_cap * 1.4426950408889634f;
     /* (scale, min) of group grp of token row `tok` of a stage's scale block */
     auto affine = [&](const u8 *sb, int tok, int grp, float &scale, float &mn) {
-        if (f32_scales) {
+        if constexpr (F32_SCALES) {
             const float2 sz = *reinterpret_cast<const float2 *>(sb + tok * SC + 8 * grp);
             scale = sz.x;
             mn = -sz.y * sz.x;

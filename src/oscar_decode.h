@@ -92,7 +92,8 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
         oscar__kernel *k = NULL;
         int n = 0;
         uint32_t smem = oscar__decode_int2_smem(pl->head_dim, pl->group_size, ratio);
-        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio, pl->window_dtype);
+        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio, pl->window_dtype,
+                           OSCAR__CAST(int, pl->scale_layout));
         if (oscar__jit_get(ctx, "decode.cuh", name, &k) == OSCAR_OK) {
             const int pushed = oscar__push_if_needed(ctx);
             if (pushed >= 0) {
@@ -214,7 +215,8 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || (i == 2 && pl.int2_splits == 0)) continue;
-            oscar__name_decode(name, sizeof name, i, pl.head_dim, pl.group_size, pl.page_size, ratio, pl.window_dtype);
+            oscar__name_decode(name, sizeof name, i, pl.head_dim, pl.group_size, pl.page_size, ratio, pl.window_dtype,
+                               OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
