@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
     oscar_ctx *ctx = NULL;
     bu_report rep;
     char md[1024], js[2048];
-    int si, i, reps = 30, warmup = 5;
+    int si, i, reps = 30, warmup = 5, q_heads = 32;
+    char about[1024];
     shape one;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
@@ -78,6 +79,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--int2-layout") && i + 1 < argc)
             int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--q-heads") && i + 1 < argc) {
+            q_heads = atoi(argv[++i]); /* GQA ratio q_heads / 8 */
+            if (q_heads < 8 || q_heads > 128 || q_heads % 8) {
+                printf("--q-heads wants a multiple of 8 in [8, 128] (8 KV heads, group ratios 1-16), got %d\n", q_heads);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
@@ -92,22 +100,24 @@ int main(int argc, char **argv) {
         return 0;
     }
     bu_report_open(&rep, "decode", argc, argv, out_dir);
-    bu_report_begin(
-        &rep, bu_copy_bandwidth_tbps(0),
-        "| batch x context | D | INT2 tokens/req | oscar INT2 decode (us) | bytes | TB/s | of copy BW | read floor (us) "
-        "| / floor | BF16 decode (us) | speed-up vs BF16 | splits |",
-        "32 query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
+    snprintf(about, sizeof about,
+             "%d query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
         "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; R_k and R_v applied "
         "(q rotated in the kernel, the INT2 output brought back with R_v^T). Bytes = INT2 codes + scales + window "
         "K/V + q + page tables read, o written. Read floor = a kernel that only reads those bytes (16-byte loads). "
         "BF16 decode = oscar's bf16 paged decode kernel over all tokens (same pages, no rotation). Medians of 30 "
-        "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2.");
+        "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2.",
+             q_heads);
+    bu_report_begin(&rep, bu_copy_bandwidth_tbps(0),
+                    "| batch x context | D | INT2 tokens/req | oscar INT2 decode (us) | bytes | TB/s | of copy BW | read "
+                    "floor (us) | / floor | BF16 decode (us) | speed-up vs BF16 | splits |",
+                    about);
     printf("copy bandwidth %.3f TB/s\n", rep.copy_tbps);
     printf("%-12s %4s %10s %10s %8s %7s %10s %7s %10s %8s\n", "shape", "D", "oscar us", "TB/s", "of copy", "floor us",
            "/floor", "bf16 us", "speedup", "splits");
     for (si = 0; si < nshapes; si++) {
         const shape *S = &shapes[si];
-        const int Hq = 32, Hkv = 8, D = S->D, wps = 16;
+        const int Hq = q_heads, Hkv = 8, D = S->D, wps = 16;
         const int64_t W = S->ctx < 320 ? S->ctx : 320, L = S->ctx - W;
         int32_t *d_ip, *d_idx, *d_last, *d_wip, *d_widx, *d_wlast, int2_pages, win_pages;
         oscar_int2_pool_desc pool = {0};

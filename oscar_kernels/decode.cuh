@@ -3,33 +3,48 @@
    in the engine's own paged cache, split-KV, merged exactly.
 
    Four kernels, launched in this order by oscar_decode_run:
-     decode_prep_kernel<D>          q -> q' = q @ R_k (the INT2 part's query),
-                                    pre-scaled, as the INT2 kernel's mma fragments
-     decode_int2_kernel<D,GS,PS,H>  INT2 paged tokens, dequantized on the fly
-     decode_window_kernel<D,NH>     bf16/f16 paged tokens (sink + recent; also the
-                                    BF16 baseline over a whole context); reads
-                                    only inputs, so it overlaps the INT2 tail
-     decode_merge_kernel<D>         splits -> INT2 part @ R_v^T -> merge with the
-                                    window part -> o, lse
+     decode_prep_kernel<D,GS,H>        q -> q' = q @ R_k (the INT2 part's query),
+                                       pre-scaled, as the INT2 kernel's IMMA
+                                       fragments (signed 8-bit digits)
+     decode_int2_kernel<D,GS,PS,H,SL>  INT2 paged tokens, straight from the codes
+                                       (SL: the pool's scale layout)
+     decode_window_kernel<D,NH>        bf16/f16 paged tokens (sink + recent; also
+                                       the BF16 baseline over a whole context);
+                                       reads only inputs, so it overlaps the
+                                       INT2 tail
+     decode_merge_kernel<D>            splits -> INT2 part @ R_v^T -> merge with
+                                       the window part -> o, lse
    q  [batch][q heads][D] bf16|f16 (strides)       o [batch][q heads][D] bf16|f16
    INT2 pool as oscar_int2_pool_desc; pages listed per request in CSR form
    (indptr[batch+1], indices, last_page_len[batch]) as FlashInfer does; the
    window cache likewise with its own CSR table.
-   workspace: q' fragments and group sums (q_workspace), partial o
-   [b][h][splits][D] f32, lse [b][h][splits] f32.
+   workspace: q' digit fragments, group sums and scales (q_workspace), partial
+   o [b][h][splits][D] f32, lse [b][h][splits] f32.
 
    The INT2 tier never dequantizes into memory or registers as values:
      s[t,h]  = sum_g scale[t,g] * (q' . codes[t, group g]) + sum_g min[t,g] * sum_{d in g} q'[h,d]
      o[h,d]  = sum_t codes[t,d] * (p[t,h] * scale[t,g(d)]) + sum_t p[t,h] * min[t,g(d)]
-   so the tensor cores see the raw codes (exact small integers): q' in f16
-   against codes in f16 (mma m16n8k16, f32 accumulation), and p*scale in bf16
-   against codes in bf16. Each thread unpacks code bytes with one LOP3 and one
-   HFMA2 per pair. Dims are permuted inside a k-step / m-tile so that a
-   thread's fragment elements come from the bytes ldmatrix gave it (a dot
-   product is order-free); the output dims are mapped back when stored.
-   GQA heads are the mma's N dimension (8 per n-tile, NH n-tiles), tokens the
-   M (QK) or K (PV) dimension; p moves from the S layout to the B layout with
+   so the tensor cores see the raw codes (exact small integers).
+   QK (v6): integer tensor cores, mma m16n8k32 u8 x s8 -> s32. One AND of a
+   code word keeps quarter k of 4 bytes: code * 4^k as 4 u8 values, no
+   conversion; q' is an integer per head (24 bits of its largest element)
+   times 4^(3-k), as four s8 digits in four B columns, so the s32 sums are
+   exact and one IMAD + I2F per digit pair rebuilds the dot product.
+   PV (v3-v6): p*scale in bf16 hi + lo against the codes as exact bf16 values
+   (one LOP3 and one HFMA2 per pair), mma m16n8k16, f32 accumulation.
+   Dims are permuted inside a k-step / m-tile so that a thread's fragment
+   elements come from the bytes ldmatrix gave it (a dot product is
+   order-free); the output dims are mapped back when stored. Lane (g, c) owns
+   heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
+   softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v6: QK on IMMA (32x32K, H200: 329 -> 268 us with the same splits; loop
+   ~690 -> ~455 SASS instructions per 32-token tile); one head per lane (v5
+   duplicated the PACK logits on half the lanes); the page position kept
+   incrementally (no division per tile for a run-time page size); compiled
+   per scale layout (a run-time layout predicated every scale load twice).
+   v5: PACK (hi | lo halves of one n-tile for <= 4 heads), lazy rescaling,
+   tuned splits. v4: each warp walked only its own tiles (v1-v3 walked all).
    v3: p (and p * scale) as hi + lo too: o within ~1e-3 of float64 (bf16 output).
    v2: q' as f16 hi + lo (logits to ~1e-6); prep/merge rebuilt for latency; PDL.
    v1: first version (lse off by ~3e-3 at logits ~20; merge latency-bound). */
@@ -51,11 +66,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-__device__ __forceinline__ u32 hfma2_f16(u32 a, u32 b, u32 c) {
-    u32 d;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
 }
 __device__ __forceinline__ u32 hfma2_bf16(u32 a, u32 b, u32 c) {
     u32 d;
@@ -166,9 +176,6 @@ __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u
     }
 }
 
-/* Exact codes of quarter k of bytes (0, 2) of r as two f16 values: the
-   code lands in the mantissa of 1024 + code*4^k, then one FMA scales and
-   removes the offset. */
 /* (r & mask) | magic as one LOP3: written as C, the compiler emits an AND
    and an OR (a LOP3 takes one immediate), 3 instead of 2 instructions per
    code pair -- a third of the INT2 kernel's unpacking. */
@@ -178,14 +185,10 @@ __device__ __forceinline__ u32 and_or(u32 r) {
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(r), "n"(MASK), "n"(MAGIC));
     return d;
 }
-template <int k>
-__device__ __forceinline__ u32 code_pair_f16(u32 r) {
-    constexpr u32 mul = k == 0 ? 0x3C003C00u : k == 1 ? 0x34003400u : k == 2 ? 0x2C002C00u : 0x24002400u;
-    constexpr u32 add = k == 0 ? 0xE400E400u : k == 1 ? 0xDC00DC00u : k == 2 ? 0xD400D400u : 0xCC00CC00u;
-    return hfma2_f16(and_or<(0x00030003u << (2 * k)), 0x64006400u>(r), mul, add);
-}
-/* The same as bf16 values (128 + code*4^k; quarter 3 is shifted down first
-   because code*64 would reach bf16's exponent bits). */
+/* Exact codes of quarter k of bytes (0, 2) of r as two bf16 values: the code
+   lands in the mantissa of 128 + code*4^k, then one FMA scales and removes
+   the offset (quarter 3 is shifted down first because code*64 would reach
+   bf16's exponent bits). */
 template <int k>
 __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
     if constexpr (k == 3) return code_pair_bf16<1>(r >> 4);
@@ -194,34 +197,27 @@ __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
     return hfma2_bf16(and_or<(0x00030003u << (2 * k)), 0x43004300u>(r), mul, add);
 }
 
-/* code_pair_{f16,bf16}<k> for a quarter k known after unrolling */
-template <int DTYPE>
+/* code_pair_bf16<k> for a quarter k known after unrolling */
 __device__ __forceinline__ u32 code_pair(u32 r, int k) {
-    if constexpr (DTYPE == OSCAR_K_DTYPE_F16)
-        return k == 0 ? code_pair_f16<0>(r) : k == 1 ? code_pair_f16<1>(r) : k == 2 ? code_pair_f16<2>(r) : code_pair_f16<3>(r);
-    else
-        return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
+    return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
 }
 
-/* The four A-fragment registers of k-step / m-tile `step` from a lane's
-   ldmatrix registers r (see int2_map for which dims they hold). D >= 128:
-   block step / 8, byte-in-pair (step % 8) / 4, quarter step % 4 of r[block][0..3].
-   D = 64: quarter `step` of the low and high bytes of r[0][0..1], in the order
-   the operand needs (QK: token g, g + 8 first; PV: dims g, g + 8 first). */
-template <int DTYPE, int D, bool PV, int NBLK>
-__device__ __forceinline__ void code_frags(const u32 (&r)[NBLK][4], int step, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
+/* The four PV A-fragment registers of m-tile mt from a lane's ldmatrix.trans
+   registers r (see int2_map::v_dim for which dims they hold). D >= 128:
+   block mt / 8, byte-in-pair (mt % 8) / 4, quarter mt % 4 of r[block][0..3].
+   D = 64: quarter mt of the low and high bytes of r[0][0..1] (dims g, g + 8
+   first). */
+template <int D, int NBLK>
+__device__ __forceinline__ void v_code_frags(const u32 (&r)[NBLK][4], int mt, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
     if constexpr (D == 64) {
         const u32 lo0 = r[0][0], lo1 = r[0][1], hi0 = lo0 >> 8, hi1 = lo1 >> 8;
-        a0 = code_pair<DTYPE>(lo0, step);
-        a1 = code_pair<DTYPE>(PV ? hi0 : lo1, step);
-        a2 = code_pair<DTYPE>(PV ? lo1 : hi0, step);
-        a3 = code_pair<DTYPE>(hi1, step);
+        a0 = code_pair(lo0, mt), a1 = code_pair(hi0, mt), a2 = code_pair(lo1, mt), a3 = code_pair(hi1, mt);
     } else {
-        const int bk = step / 8, i = (step % 8) / 4, k = step % 4;
-        a0 = code_pair<DTYPE>(i ? r[bk][0] >> 8 : r[bk][0], k);
-        a1 = code_pair<DTYPE>(i ? r[bk][1] >> 8 : r[bk][1], k);
-        a2 = code_pair<DTYPE>(i ? r[bk][2] >> 8 : r[bk][2], k);
-        a3 = code_pair<DTYPE>(i ? r[bk][3] >> 8 : r[bk][3], k);
+        const int bk = mt / 8, i = (mt % 8) / 4, k = mt % 4;
+        a0 = code_pair(i ? r[bk][0] >> 8 : r[bk][0], k);
+        a1 = code_pair(i ? r[bk][1] >> 8 : r[bk][1], k);
+        a2 = code_pair(i ? r[bk][2] >> 8 : r[bk][2], k);
+        a3 = code_pair(i ? r[bk][3] >> 8 : r[bk][3], k);
     }
 }
 
@@ -233,25 +229,12 @@ __device__ __forceinline__ float row_lanes_sum(float v) {
 }
 
 /* Where the fragment elements of k-step ks (QK) and m-tile mt (PV) come from
-   in a packed row: for D >= 128, 32-byte block bk, byte-in-pair i/j, quarter
-   k; for D = 64, one 16-byte block. Natural dims of this lane's elements: */
+   in a packed row: for D >= 128, 32-byte blocks, quarter k (and for PV the
+   byte in a pair j); for D = 64, one 16-byte block. Natural dims of this
+   lane's elements: */
 template <int D>
 struct int2_map {
     static constexpr int Q4 = D / 4;
-    /* QK, A operand column 2c + {0, 1} (e = 0, 1) and 2c + 8 + {0, 1} (e = 2, 3) */
-    __device__ static int k_dim(int ks, int c, int e) {
-        if constexpr (D == 64) {
-            const int base = 16 * ks + 4 * c;
-            return base + (e == 0 ? 0 : e == 1 ? 2 : e == 2 ? 1 : 3);
-        } else {
-            const int bk = ks / 8, i = (ks % 8) / 4, k = ks % 4;
-            const int base = 32 * bk + k * Q4 + 4 * c + i;
-            return base + (e == 0 ? 0 : e == 1 ? 2 : e == 2 ? 16 : 18);
-        }
-    }
-    __device__ static constexpr int k_group_base(int ks) {
-        return D == 64 ? 16 * ks : 32 * (ks / 8) + (ks % 4) * Q4;
-    }
     /* QK with IMMA: the natural dim and the quarter of k index kk (0..31) of
        k-step ks (qk_code_frags); every k-step covers 32 consecutive dims */
     __device__ static int qk_dim(int ks, int kk, int &quarter) {
@@ -911,7 +894,7 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 u32 a0, a1, a2, a3;
-                code_frags<OSCAR_K_DTYPE_BF16, D, true>(vr, mt, a0, a1, a2, a3);
+                v_code_frags<D>(vr, mt, a0, a1, a2, a3);
                 const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
                 for (int nv = 0; nv < NV; nv++) {
