@@ -610,28 +610,6 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
     }
     const int *pages = indices + indptr[b];
 
-    /* ---- q' digits (decode_prep_kernel), per-group sums, 1 / (64 S) */
-    pdl_wait();
-    u32 qf[KSI][NT][2];
-    float qsum[HS][G], qinv[HS];
-    {
-        const uint2 *frag = QW::frags(p, b, kvh);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int ks = 0; ks < KSI; ks++) {
-                const uint2 f = frag[(nt * KSI + ks) * 32 + lane];
-                qf[ks][nt][0] = f.x, qf[ks][nt][1] = f.y;
-            }
-        const float *sums = QW::sums(p, b, kvh, G);
-#pragma unroll
-        for (int j = 0; j < HS; j++) {
-            qinv[j] = sums[HEADS * G + c + 4 * j];
-#pragma unroll
-            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp];
-        }
-    }
-
     /* ---- the pipeline: this warp's tiles are start + (warp + WARPS * i) * TOK */
     u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
     const u32 wsm_addr = smem_addr(wsm);
@@ -731,6 +709,30 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SI
         issue(next_page, next_off, s);
         fetch_page(next_page, next_off);
     }
+    /* ---- q' digits (decode_prep_kernel), per-group sums, 1 / (64 S). The
+       first tiles' page ids and copies (inputs only) are already in flight:
+       they overlap the prep kernel's tail. */
+    pdl_wait();
+    u32 qf[KSI][NT][2];
+    float qsum[HS][G], qinv[HS];
+    {
+        const uint2 *frag = QW::frags(p, b, kvh);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int ks = 0; ks < KSI; ks++) {
+                const uint2 f = frag[(nt * KSI + ks) * 32 + lane];
+                qf[ks][nt][0] = f.x, qf[ks][nt][1] = f.y;
+            }
+        const float *sums = QW::sums(p, b, kvh, G);
+#pragma unroll
+        for (int j = 0; j < HS; j++) {
+            qinv[j] = sums[HEADS * G + c + 4 * j];
+#pragma unroll
+            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp];
+        }
+    }
+
     for (int tile = 0; tile < ntiles; tile++) {
         issue(next_page, next_off, (tile + STAGES - 1) % STAGES);
         fetch_page(next_page, next_off);
