@@ -456,20 +456,27 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
     __shared__ int exps[16];
     pdl_launch_next();
     const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
+    const float *R = reinterpret_cast<const float *>(p.rot_k);
+    constexpr int F4 = CHUNK_ROWS * D / 4 / THREADS; /* float4 loads per thread and chunk */
+    /* R_k's first chunk is loaded before the wait: a constant input (q is
+       not: the kernel before this one may still be writing it) */
+    float4 v[F4];
+    if (R)
+#pragma unroll
+        for (int u = 0; u < F4; u++) v[u] = reinterpret_cast<const float4 *>(R)[t + u * THREADS];
     pdl_wait(); /* the previous step's merge may still read this workspace */
     for (int i = t; i < r * D; i += THREADS) qs[i / D][i % D] = q_scaled(p, b, kvh * r + i / D, i % D);
     __syncthreads();
-    const float *R = reinterpret_cast<const float *>(p.rot_k);
     const int n = t % D, part = t / D;
     float acc[16];
 #pragma unroll
     for (int j = 0; j < 16; j++) acc[j] = 0.f;
     if (R) {
         for (int row0 = 0; row0 < D; row0 += CHUNK_ROWS) {
-            constexpr int F4 = CHUNK_ROWS * D / 4 / THREADS; /* float4 loads per thread */
-            float4 v[F4];
+            if (row0 > 0)
 #pragma unroll
-            for (int u = 0; u < F4; u++) v[u] = reinterpret_cast<const float4 *>(R + static_cast<i64>(row0) * D)[t + u * THREADS];
+                for (int u = 0; u < F4; u++)
+                    v[u] = reinterpret_cast<const float4 *>(R + static_cast<i64>(row0) * D)[t + u * THREADS];
 #pragma unroll
             for (int u = 0; u < F4; u++) reinterpret_cast<float4 *>(rs)[t + u * THREADS] = v[u];
             __syncthreads();
@@ -1133,6 +1140,16 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     const int splits = p.int2_splits + p.win_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    /* this lane's piece of R_v's row n, loaded before the wait (a constant
+       input) where it fits in registers (D <= 128: 32 floats) */
+    constexpr bool PREFETCH = PER <= 32;
+    const float *R = reinterpret_cast<const float *>(p.rot_v);
+    const int n = threadIdx.x / Q, q = threadIdx.x % Q;
+    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
+    float4 rrow[PREFETCH ? PER / 4 : 1];
+    if (PREFETCH && R)
+#pragma unroll
+        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
     pdl_wait();
     /* weights: warp per (head, part) */
     for (int job = warp; job < 2 * r; job += WARPS) {
@@ -1174,16 +1191,13 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     __syncthreads();
     /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
        take R's row n in PER-float pieces and serve every head of the group */
-    const float *R = reinterpret_cast<const float *>(p.rot_v);
-    const int n = threadIdx.x / Q, q = threadIdx.x % Q;
     float x[16];
 #pragma unroll
     for (int j = 0; j < 16; j++) x[j] = 0.f;
     if (R) {
-        const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
 #pragma unroll
         for (int d4 = 0; d4 < PER / 4; d4++) {
-            const float4 rv = row[d4];
+            const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
             const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
 #pragma unroll
             for (int j = 0; j < 16; j++)
