@@ -234,6 +234,119 @@ __device__ __forceinline__ u32 q_opaque(u32 a) {
     return d;
 }
 
+/* ---- the clip threshold by a selection network (m <= 16) ------------------
+   tau = the m-th largest |y| of the row. The lane's words are sorted as f16
+   numbers: the |y| patterns (sign cleared) of bf16 or f16 order as
+   unsigned integers, and so as f16 numbers while they are below 0x7C00 (the
+   caller checks that). Each word holds two values and every step works on
+   both halves at once, so the network keeps two lists per lane (low halves,
+   high halves), merged at the end. Blocks of K words are sorted (Batcher's
+   odd-even merge sort, descending), each merged into the running top-K list
+   (max(top_i, block_{K-1-i}) is the top K of both, a bitonic sequence, then
+   a bitonic merge sorts it), then the two half lists (and, with two lanes
+   per row, the partner's list) are merged the same way. A
+   compare-exchange is one max and one min. tests/test_quantize_select.c
+   mirrors this in C and checks it against the reference's sort. */
+__device__ __forceinline__ u32 q_hmax(u32 a, u32 b) {
+    u32 d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ u32 q_hmin(u32 a, u32 b) {
+    u32 d;
+    asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+template <int N>
+__device__ __forceinline__ void q_ce(u32 (&x)[N], int i, int j) {
+    const u32 a = x[i], b = x[j];
+    x[i] = q_hmax(a, b), x[j] = q_hmin(a, b);
+}
+/* Batcher's odd-even merge sort, descending (19 compare-exchanges for 8, 63
+   for 16), by template recursion so that every index is a constant */
+template <int LO, int N, int R, int M>
+__device__ __forceinline__ void q_oe_merge(u32 (&x)[M]) {
+    if constexpr (2 * R < N) {
+        q_oe_merge<LO, N, 2 * R>(x);
+        q_oe_merge<LO + R, N, 2 * R>(x);
+#pragma unroll
+        for (int i = LO + R; i + R < LO + N; i += 2 * R) q_ce(x, i, i + R);
+    } else {
+        q_ce(x, LO, LO + R);
+    }
+}
+template <int LO, int N, int M>
+__device__ __forceinline__ void q_oe_sort(u32 (&x)[M]) {
+    if constexpr (N > 1) {
+        q_oe_sort<LO, N / 2>(x);
+        q_oe_sort<LO + N / 2, N / 2>(x);
+        q_oe_merge<LO, N, 1>(x);
+    }
+}
+template <int N>
+__device__ __forceinline__ void q_sort_desc(u32 (&x)[N]) {
+    q_oe_sort<0, N>(x);
+}
+/* a bitonic sequence -> descending */
+template <int N>
+__device__ __forceinline__ void q_bitonic_desc(u32 (&x)[N]) {
+#pragma unroll
+    for (int d = N / 2; d > 0; d >>= 1)
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            if ((i & d) == 0) q_ce(x, i, i + d);
+}
+/* top (descending) <- the K largest of top and b (descending), sorted */
+template <int K>
+__device__ __forceinline__ void q_merge_top(u32 (&top)[K], const u32 (&b)[K]) {
+#pragma unroll
+    for (int i = 0; i < K; i++) top[i] = q_hmax(top[i], b[K - 1 - i]);
+    q_bitonic_desc(top);
+}
+/* The key (16-bit pattern of |y|) of the m-th largest |y| of the row, 1 <= m
+   <= K: w holds the lane's NW words (its part of the row), LPR lanes per row
+   (the partner is lane ^ 1). Every key must be below 0x7C00. */
+template <int K, int NW, int LPR>
+__device__ __forceinline__ u32 q_select_key(const u32 (&w)[NW], int m) {
+    static_assert(NW % K == 0, "whole blocks");
+    u32 top[K];
+#pragma unroll
+    for (int b = 0; b < NW / K; b++) {
+        u32 x[K];
+#pragma unroll
+        for (int i = 0; i < K; i++) x[i] = w[b * K + i] & 0x7fff7fffu;
+        q_sort_desc(x);
+        if (b == 0) {
+#pragma unroll
+            for (int i = 0; i < K; i++) top[i] = x[i];
+        } else {
+            q_merge_top(top, x);
+        }
+    }
+    /* the high halves' list against the low halves': the low halves of the
+       merge are the lane's top K */
+    {
+        u32 sw[K];
+#pragma unroll
+        for (int i = 0; i < K; i++) sw[i] = __byte_perm(top[i], 0u, 0x1032);
+        q_merge_top(top, sw);
+    }
+    if constexpr (LPR == 2) {
+        u32 o[K];
+#pragma unroll
+        for (int i = 0; i < K; i++) o[i] = __shfl_xor_sync(0xffffffffu, top[i], 1);
+        q_merge_top(top, o);
+    }
+    /* top[m - 1], by selects (an indexed read would go through local memory) */
+    u32 key = top[0];
+#pragma unroll
+    for (int i = 1; i < K; i++)
+        asm("{\n\t.reg .pred p;\n\tsetp.eq.s32 p, %2, %3;\n\tselp.b32 %0, %1, %0, p;\n\t}"
+            : "+r"(key)
+            : "r"(top[i]), "r"(m - 1), "r"(i));
+    return key & 0xffffu;
+}
+
 /* 16-bit sign-magnitude pattern <-> unsigned index in value order */
 __device__ __forceinline__ u32 q_ord(u32 pat) { return pat ^ ((pat & 0x8000u) ? 0xffffu : 0x8000u); }
 __device__ __forceinline__ u32 q_unord(u32 o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
@@ -692,6 +805,15 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             /* bf16 keys >= 0x7C00 (|y| >= 2^121) are not f16 numbers: count them
                with integer compares (exact, slower; never in real caches) */
             const bool exact_int = S::BF16 && __any_sync(0xffffffffu, kmax >= 0x7c00u);
+            const int m = D - clip_index;
+            /* m <= 16 (m = 6 and 11 for .96 and .92 at D = 128): the selection
+               network, where every key orders as an f16 number */
+            const bool net = m <= 16 && !__any_sync(0xffffffffu, kmax >= 0x7c00u);
+            u32 wf[4 * JP];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int jp = 0; jp < JP; jp++) wf[q * JP + jp] = w[q][jp];
             auto count_ge = [&](u32 key) {
                 const u32 kk = key | (key << 16);
                 float cnt;
@@ -715,21 +837,27 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 return cnt;
             };
             u32 lo = 0u, hi = kmax;
-            {
-                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
-                if (count_ge(probe) >= need)
-                    lo = probe;
-                else
-                    hi = probe - 1u;
-            }
-            while (__any_sync(0xffffffffu, lo < hi)) {
-                const u32 mid = (lo + hi + 1u) >> 1;
-                const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
-                if (lo < hi) {
-                    if (cnt >= need)
-                        lo = mid;
+            if (net && m <= 8) {
+                lo = q_select_key<8, 4 * JP, LPR>(wf, m);
+            } else if (net) {
+                lo = q_select_key<16, 4 * JP, LPR>(wf, m);
+            } else {
+                {
+                    const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                    if (count_ge(probe) >= need)
+                        lo = probe;
                     else
-                        hi = mid - 1u;
+                        hi = probe - 1u;
+                }
+                while (__any_sync(0xffffffffu, lo < hi)) {
+                    const u32 mid = (lo + hi + 1u) >> 1;
+                    const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
+                    if (lo < hi) {
+                        if (cnt >= need)
+                            lo = mid;
+                        else
+                            hi = mid - 1u;
+                    }
                 }
             }
             tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo));
