@@ -234,119 +234,6 @@ __device__ __forceinline__ u32 q_opaque(u32 a) {
     return d;
 }
 
-/* ---- the clip threshold by a selection network (m <= 16) ------------------
-   tau = the m-th largest |y| of the row. The lane's words are sorted as f16
-   numbers: the |y| patterns (sign cleared) of bf16 or f16 order as
-   unsigned integers, and so as f16 numbers while they are below 0x7C00 (the
-   caller checks that). Each word holds two values and every step works on
-   both halves at once, so the network keeps two lists per lane (low halves,
-   high halves), merged at the end. Blocks of K words are sorted (Batcher's
-   odd-even merge sort, descending), each merged into the running top-K list
-   (max(top_i, block_{K-1-i}) is the top K of both, a bitonic sequence, then
-   a bitonic merge sorts it), then the two half lists (and, with two lanes
-   per row, the partner's list) are merged the same way. A
-   compare-exchange is one max and one min. tests/test_quantize_select.c
-   mirrors this in C and checks it against the reference's sort. */
-__device__ __forceinline__ u32 q_hmax(u32 a, u32 b) {
-    u32 d;
-    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ u32 q_hmin(u32 a, u32 b) {
-    u32 d;
-    asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-template <int N>
-__device__ __forceinline__ void q_ce(u32 (&x)[N], int i, int j) {
-    const u32 a = x[i], b = x[j];
-    x[i] = q_hmax(a, b), x[j] = q_hmin(a, b);
-}
-/* Batcher's odd-even merge sort, descending (19 compare-exchanges for 8, 63
-   for 16), by template recursion so that every index is a constant */
-template <int LO, int N, int R, int M>
-__device__ __forceinline__ void q_oe_merge(u32 (&x)[M]) {
-    if constexpr (2 * R < N) {
-        q_oe_merge<LO, N, 2 * R>(x);
-        q_oe_merge<LO + R, N, 2 * R>(x);
-#pragma unroll
-        for (int i = LO + R; i + R < LO + N; i += 2 * R) q_ce(x, i, i + R);
-    } else {
-        q_ce(x, LO, LO + R);
-    }
-}
-template <int LO, int N, int M>
-__device__ __forceinline__ void q_oe_sort(u32 (&x)[M]) {
-    if constexpr (N > 1) {
-        q_oe_sort<LO, N / 2>(x);
-        q_oe_sort<LO + N / 2, N / 2>(x);
-        q_oe_merge<LO, N, 1>(x);
-    }
-}
-template <int N>
-__device__ __forceinline__ void q_sort_desc(u32 (&x)[N]) {
-    q_oe_sort<0, N>(x);
-}
-/* a bitonic sequence -> descending */
-template <int N>
-__device__ __forceinline__ void q_bitonic_desc(u32 (&x)[N]) {
-#pragma unroll
-    for (int d = N / 2; d > 0; d >>= 1)
-#pragma unroll
-        for (int i = 0; i < N; i++)
-            if ((i & d) == 0) q_ce(x, i, i + d);
-}
-/* top (descending) <- the K largest of top and b (descending), sorted */
-template <int K>
-__device__ __forceinline__ void q_merge_top(u32 (&top)[K], const u32 (&b)[K]) {
-#pragma unroll
-    for (int i = 0; i < K; i++) top[i] = q_hmax(top[i], b[K - 1 - i]);
-    q_bitonic_desc(top);
-}
-/* The key (16-bit pattern of |y|) of the m-th largest |y| of the row, 1 <= m
-   <= K: w holds the lane's NW words (its part of the row), LPR lanes per row
-   (the partner is lane ^ 1). Every key must be below 0x7C00. */
-template <int K, int NW, int LPR>
-__device__ __forceinline__ u32 q_select_key(const u32 (&w)[NW], int m) {
-    static_assert(NW % K == 0, "whole blocks");
-    u32 top[K];
-#pragma unroll
-    for (int b = 0; b < NW / K; b++) {
-        u32 x[K];
-#pragma unroll
-        for (int i = 0; i < K; i++) x[i] = w[b * K + i] & 0x7fff7fffu;
-        q_sort_desc(x);
-        if (b == 0) {
-#pragma unroll
-            for (int i = 0; i < K; i++) top[i] = x[i];
-        } else {
-            q_merge_top(top, x);
-        }
-    }
-    /* the high halves' list against the low halves': the low halves of the
-       merge are the lane's top K */
-    {
-        u32 sw[K];
-#pragma unroll
-        for (int i = 0; i < K; i++) sw[i] = __byte_perm(top[i], 0u, 0x1032);
-        q_merge_top(top, sw);
-    }
-    if constexpr (LPR == 2) {
-        u32 o[K];
-#pragma unroll
-        for (int i = 0; i < K; i++) o[i] = __shfl_xor_sync(0xffffffffu, top[i], 1);
-        q_merge_top(top, o);
-    }
-    /* top[m - 1], by selects (an indexed read would go through local memory) */
-    u32 key = top[0];
-#pragma unroll
-    for (int i = 1; i < K; i++)
-        asm("{\n\t.reg .pred p;\n\tsetp.eq.s32 p, %2, %3;\n\tselp.b32 %0, %1, %0, p;\n\t}"
-            : "+r"(key)
-            : "r"(top[i]), "r"(m - 1), "r"(i));
-    return key & 0xffffu;
-}
-
 /* 16-bit sign-magnitude pattern <-> unsigned index in value order */
 __device__ __forceinline__ u32 q_ord(u32 pat) { return pat ^ ((pat & 0x8000u) ? 0xffffu : 0x8000u); }
 __device__ __forceinline__ u32 q_unord(u32 o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
@@ -426,65 +313,83 @@ __device__ __forceinline__ u32 q_direct_candidate(float scale, float zero, int k
     return c;
 }
 
-/* The smallest value t of the dtype in [lo, hi] (ordered indices olo..ohi)
-   with f.eval(t) >= level, as a packed compare word (t, t); -inf when it is
-   lo itself (every value of the group, clipped or not, reaches the level),
-   +inf when no value in [lo, hi] does. eval is monotone in the value. The
-   estimate rounds the real boundary to the nearest value of the dtype (f32
-   errors are far below one 16-bit ulp), so the boundary is the estimate or
-   the value above it: three independent evaluations (the estimate and both
-   neighbours) settle that. Otherwise (near zero, where ulps shrink, the
-   boundary can be thousands of ulps off) steps double away from the
-   estimate and a bisection finishes. */
+/* The three code thresholds of a group: for each level k, the smallest
+   value t of the dtype in [lo, hi] (ordered indices olo..ohi) with
+   f.eval(t) >= lv[k], as a packed compare word (t, t); -inf when it is lo
+   itself (every value of the group, clipped or not, reaches the level),
+   +inf when no value in [lo, hi] does. eval is monotone in the value.
+   start[k] is the direct candidate (uniform; exact in the common case) or
+   the estimate, which rounds the real boundary to the nearest value of the
+   dtype (f32 errors are far below one 16-bit ulp), so the boundary is the
+   start or the value above it: two evaluations (at the start and below it)
+   and, where needed, a third (above it) settle that. The three levels are
+   independent: their checks are written out side by side (three chains in
+   flight instead of one; v5 rolled them, and the chains' latency was a
+   quarter of the stall samples). Where a check fails (near zero, where ulps
+   shrink, the boundary can be thousands of ulps off) steps double away from
+   the start and a bisection finishes; that search is rolled over the levels
+   (rare, and it keeps the code small). */
 template <int DT>
-__device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 cand, u32 olo, u32 ohi) {
+__device__ __forceinline__ void q_thresholds(const q_formula &f, const float (&lv)[3], const u32 (&start)[3], u32 olo,
+                                             u32 ohi, u32 (&thr)[3]) {
     using S = qsimd<DT>;
-    auto reaches = [&](u32 o) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
-    /* the direct candidate (exact in the common case), else the estimate */
-    u32 o = cand != Q_NO_CAND ? cand : q_ord(from_f32(est, DT));
-    o = min(max(o, olo), ohi);
-    /* below olo nothing is taken to reach, above ohi everything */
-    const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o);
-    const bool r1 = reaches(o);
-    u32 b; /* the smallest index in [olo, ohi + 1] that reaches */
-    if (!r0 && r1) {
-        b = o;
-    } else if (!r1 && ((o >= ohi) || reaches(o + 1u))) {
-        b = o + 1u;
-    } else {
-        u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
-        if (r1) {
-            hi = o, lo = olo - 1u;
-            for (u32 step = 1u; hi > olo;) {
-                const u32 cand = hi - olo > step ? hi - step : olo;
-                if (!reaches(cand)) {
-                    lo = cand;
-                    break;
-                }
-                hi = cand, step += step;
-            }
-        } else {
-            lo = o, hi = ohi + 1u;
-            for (u32 step = 1u; lo < ohi;) {
-                const u32 cand = ohi - lo > step ? lo + step : ohi;
-                if (reaches(cand)) {
-                    hi = cand;
-                    break;
-                }
-                lo = cand, step += step;
-            }
-        }
-        while (hi - lo > 1u) {
-            const u32 mid = lo + ((hi - lo) >> 1);
-            if (reaches(mid))
-                hi = mid;
-            else
-                lo = mid;
-        }
-        b = hi;
+    auto reaches = [&](u32 o, float level) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
+    u32 b[3]; /* the smallest index in [olo, ohi + 1] that reaches; Q_NO_CAND: search */
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        const u32 o = min(max(start[k], olo), ohi);
+        /* below olo nothing is taken to reach, above ohi everything */
+        const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o, lv[k]);
+        const bool r1 = reaches(o, lv[k]);
+        b[k] = !r0 && r1 ? o : Q_NO_CAND;
+        if (!r1 && ((o >= ohi) || reaches(o + 1u, lv[k]))) b[k] = o + 1u;
     }
-    const u32 t = b == olo ? S::NEG_INF : b > ohi ? S::POS_INF : q_unord(b);
-    return t | (t << 16);
+    if (b[0] == Q_NO_CAND || b[1] == Q_NO_CAND || b[2] == Q_NO_CAND) {
+        u32 b0 = b[0], b1 = b[1], b2 = b[2];
+#pragma unroll 1
+        for (int k = 0; k < 3; k++) {
+            const u32 bk = k == 0 ? b0 : k == 1 ? b1 : b2;
+            if (bk != Q_NO_CAND) continue;
+            const float level = k == 0 ? lv[0] : k == 1 ? lv[1] : lv[2];
+            const u32 o = min(max(k == 0 ? start[0] : k == 1 ? start[1] : start[2], olo), ohi);
+            u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
+            if (reaches(o, level)) {
+                hi = o, lo = olo - 1u;
+                for (u32 step = 1u; hi > olo;) {
+                    const u32 cand = hi - olo > step ? hi - step : olo;
+                    if (!reaches(cand, level)) {
+                        lo = cand;
+                        break;
+                    }
+                    hi = cand, step += step;
+                }
+            } else {
+                lo = o, hi = ohi + 1u;
+                for (u32 step = 1u; lo < ohi;) {
+                    const u32 cand = ohi - lo > step ? lo + step : ohi;
+                    if (reaches(cand, level)) {
+                        hi = cand;
+                        break;
+                    }
+                    lo = cand, step += step;
+                }
+            }
+            while (hi - lo > 1u) {
+                const u32 mid = lo + ((hi - lo) >> 1);
+                if (reaches(mid, level))
+                    hi = mid;
+                else
+                    lo = mid;
+            }
+            b0 = k == 0 ? hi : b0, b1 = k == 1 ? hi : b1, b2 = k == 2 ? hi : b2;
+        }
+        b[0] = b0, b[1] = b1, b[2] = b2;
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        const u32 t = b[k] == olo ? S::NEG_INF : b[k] > ohi ? S::POS_INF : q_unord(b[k]);
+        thr[k] = t | (t << 16);
+    }
 }
 
 constexpr int Q_SLOT_RING = 3 * 32 * 16; /* per warp: 3 steps x 32 lanes x (src, dst slot) */
@@ -805,15 +710,6 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             /* bf16 keys >= 0x7C00 (|y| >= 2^121) are not f16 numbers: count them
                with integer compares (exact, slower; never in real caches) */
             const bool exact_int = S::BF16 && __any_sync(0xffffffffu, kmax >= 0x7c00u);
-            const int m = D - clip_index;
-            /* m <= 16 (m = 6 and 11 for .96 and .92 at D = 128): the selection
-               network, where every key orders as an f16 number */
-            const bool net = m <= 16 && !__any_sync(0xffffffffu, kmax >= 0x7c00u);
-            u32 wf[4 * JP];
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int jp = 0; jp < JP; jp++) wf[q * JP + jp] = w[q][jp];
             auto count_ge = [&](u32 key) {
                 const u32 kk = key | (key << 16);
                 float cnt;
@@ -837,27 +733,21 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 return cnt;
             };
             u32 lo = 0u, hi = kmax;
-            if (net && m <= 8) {
-                lo = q_select_key<8, 4 * JP, LPR>(wf, m);
-            } else if (net) {
-                lo = q_select_key<16, 4 * JP, LPR>(wf, m);
-            } else {
-                {
-                    const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
-                    if (count_ge(probe) >= need)
-                        lo = probe;
+            {
+                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                if (count_ge(probe) >= need)
+                    lo = probe;
+                else
+                    hi = probe - 1u;
+            }
+            while (__any_sync(0xffffffffu, lo < hi)) {
+                const u32 mid = (lo + hi + 1u) >> 1;
+                const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
+                if (lo < hi) {
+                    if (cnt >= need)
+                        lo = mid;
                     else
-                        hi = probe - 1u;
-                }
-                while (__any_sync(0xffffffffu, lo < hi)) {
-                    const u32 mid = (lo + hi + 1u) >> 1;
-                    const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
-                    if (lo < hi) {
-                        if (cnt >= need)
-                            lo = mid;
-                        else
-                            hi = mid - 1u;
-                    }
+                        hi = mid - 1u;
                 }
             }
             tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo));
@@ -935,14 +825,11 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             f.a = sd, f.b = mean, f.inv = __frcp_rn(sd), f.lloyd_max = true;
             const float sc = __fmul_rn(LM_SCALE, sd);
             const u32 olo = q_ord(from_f32(g_mn[0], SRC_DTYPE)), ohi = q_ord(from_f32(g_mx[0], SRC_DTYPE));
-            u32 t0 = 0u, t1 = 0u, t2 = 0u;
-#pragma unroll 1
-            for (int k = 0; k < 3; k++) {
-                const float lv = static_cast<float>(k - 1) * LM_THRESHOLD; /* -T, 0, T */
-                const u32 t = q_threshold<SRC_DTYPE>(f, lv, __fmaf_rn(lv, sd, mean), Q_NO_CAND, olo, ohi);
-                t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
-            }
-            thr[0][0] = t0, thr[0][1] = t1, thr[0][2] = t2;
+            const float lv[3] = {-LM_THRESHOLD, 0.f, LM_THRESHOLD};
+            u32 start[3];
+#pragma unroll
+            for (int k = 0; k < 3; k++) start[k] = q_ord(from_f32(__fmaf_rn(lv[k], sd, mean), SRC_DTYPE));
+            q_thresholds<SRC_DTYPE>(f, lv, start, olo, ohi, thr[0]);
             store_scale(0, sc, __fsub_rn(1.5f, __fdiv_rn(mean, sc)), __fsub_rn(mean, __fmul_rn(1.5f, sc)));
 #pragma unroll
             for (int lg = 1; lg < LG; lg++) thr[lg][0] = thr[0][0], thr[lg][1] = thr[0][1], thr[lg][2] = thr[0][2];
@@ -955,16 +842,15 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 store_scale(lg, scale, zero, mn);
                 f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
                 const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
-                /* rolled: one copy of the search per group keeps the code small */
-                u32 t0 = 0u, t1 = 0u, t2 = 0u;
-#pragma unroll 1
+                const float lv[3] = {1.f, 2.f, 3.f};
+                u32 start[3];
+#pragma unroll
                 for (int k = 0; k < 3; k++) {
-                    const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
-                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
-                                                         q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
-                    t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
+                    const u32 cand = q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1);
+                    start[k] = cand != Q_NO_CAND ? cand
+                                                 : q_ord(from_f32(__fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn), SRC_DTYPE));
                 }
-                thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;
+                q_thresholds<SRC_DTYPE>(f, lv, start, olo, ohi, thr[lg]);
             }
         }
 
