@@ -612,37 +612,51 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                                 af[mt][ks][2], af[mt][ks][3]);
             __syncwarp();
 #pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                float acc[MT][2][4];
+            for (int np2 = 0; np2 < NT / 4; np2++) {
+                /* two n-tile pairs at once: 4 * MT independent accumulator chains
+                   instead of 2 * MT (each still sums ks in order, so y is the same) */
+                float acc[2][MT][2][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int u = 0; u < 2; u++)
 #pragma unroll
-                    for (int j = 0; j < 2; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++)
+                            acc[u][mt][j][0] = acc[u][mt][j][1] = acc[u][mt][j][2] = acc[u][mt][j][3] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
-                    u32 b0, b1, b2, b3;
-                    ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), b0, b1, b2, b3);
+                    u32 bb[2][4];
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        mma_16816<SRC_DTYPE>(acc[mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b0,
-                                             b1);
-                        mma_16816<SRC_DTYPE>(acc[mt][1], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b2,
-                                             b3);
+                    for (int u = 0; u < 2; u++) {
+                        const int np = 2 * np2 + u;
+                        ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), bb[u][0], bb[u][1],
+                                          bb[u][2], bb[u][3]);
                     }
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            mma_16816<SRC_DTYPE>(acc[u][mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3],
+                                                 bb[u][0], bb[u][1]);
+                            mma_16816<SRC_DTYPE>(acc[u][mt][1], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3],
+                                                 bb[u][2], bb[u][3]);
+                        }
                 }
                 /* acc[..][0,1]: row g, cols n*8 + 2c + {0,1}; acc[..][2,3]: row g + 8
                    (rows g and g + 8 share the swizzle: it reads row & 7) */
                 const int g = ln >> 2, c = ln & 3;
                 u8 *yrow = buf + g * D * 2 + 4 * c;
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int u = 0; u < 2; u++)
 #pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        const int n = 2 * np + j;
-                        u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
-                        *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[mt][j][1], acc[mt][j][0]);
-                        *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[mt][j][3], acc[mt][j][2]);
-                    }
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            const int n = 2 * (2 * np2 + u) + j;
+                            u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
+                            *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[u][mt][j][1], acc[u][mt][j][0]);
+                            *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[u][mt][j][3], acc[u][mt][j][2]);
+                        }
             }
             __syncwarp();
         }
