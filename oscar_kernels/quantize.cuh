@@ -313,83 +313,65 @@ __device__ __forceinline__ u32 q_direct_candidate(float scale, float zero, int k
     return c;
 }
 
-/* The three code thresholds of a group: for each level k, the smallest
-   value t of the dtype in [lo, hi] (ordered indices olo..ohi) with
-   f.eval(t) >= lv[k], as a packed compare word (t, t); -inf when it is lo
-   itself (every value of the group, clipped or not, reaches the level),
-   +inf when no value in [lo, hi] does. eval is monotone in the value.
-   start[k] is the direct candidate (uniform; exact in the common case) or
-   the estimate, which rounds the real boundary to the nearest value of the
-   dtype (f32 errors are far below one 16-bit ulp), so the boundary is the
-   start or the value above it: two evaluations (at the start and below it)
-   and, where needed, a third (above it) settle that. The three levels are
-   independent: their checks are written out side by side (three chains in
-   flight instead of one; v5 rolled them, and the chains' latency was a
-   quarter of the stall samples). Where a check fails (near zero, where ulps
-   shrink, the boundary can be thousands of ulps off) steps double away from
-   the start and a bisection finishes; that search is rolled over the levels
-   (rare, and it keeps the code small). */
+/* The smallest value t of the dtype in [lo, hi] (ordered indices olo..ohi)
+   with f.eval(t) >= level, as a packed compare word (t, t); -inf when it is
+   lo itself (every value of the group, clipped or not, reaches the level),
+   +inf when no value in [lo, hi] does. eval is monotone in the value. The
+   estimate rounds the real boundary to the nearest value of the dtype (f32
+   errors are far below one 16-bit ulp), so the boundary is the estimate or
+   the value above it: three independent evaluations (the estimate and both
+   neighbours) settle that. Otherwise (near zero, where ulps shrink, the
+   boundary can be thousands of ulps off) steps double away from the
+   estimate and a bisection finishes. */
 template <int DT>
-__device__ __forceinline__ void q_thresholds(const q_formula &f, const float (&lv)[3], const u32 (&start)[3], u32 olo,
-                                             u32 ohi, u32 (&thr)[3]) {
+__device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, float est, u32 cand, u32 olo, u32 ohi) {
     using S = qsimd<DT>;
-    auto reaches = [&](u32 o, float level) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
-    u32 b[3]; /* the smallest index in [olo, ohi + 1] that reaches; Q_NO_CAND: search */
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        const u32 o = min(max(start[k], olo), ohi);
-        /* below olo nothing is taken to reach, above ohi everything */
-        const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o, lv[k]);
-        const bool r1 = reaches(o, lv[k]);
-        b[k] = !r0 && r1 ? o : Q_NO_CAND;
-        if (!r1 && ((o >= ohi) || reaches(o + 1u, lv[k]))) b[k] = o + 1u;
-    }
-    if (b[0] == Q_NO_CAND || b[1] == Q_NO_CAND || b[2] == Q_NO_CAND) {
-        u32 b0 = b[0], b1 = b[1], b2 = b[2];
-#pragma unroll 1
-        for (int k = 0; k < 3; k++) {
-            const u32 bk = k == 0 ? b0 : k == 1 ? b1 : b2;
-            if (bk != Q_NO_CAND) continue;
-            const float level = k == 0 ? lv[0] : k == 1 ? lv[1] : lv[2];
-            const u32 o = min(max(k == 0 ? start[0] : k == 1 ? start[1] : start[2], olo), ohi);
-            u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
-            if (reaches(o, level)) {
-                hi = o, lo = olo - 1u;
-                for (u32 step = 1u; hi > olo;) {
-                    const u32 cand = hi - olo > step ? hi - step : olo;
-                    if (!reaches(cand, level)) {
-                        lo = cand;
-                        break;
-                    }
-                    hi = cand, step += step;
+    auto reaches = [&](u32 o) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
+    /* the direct candidate (exact in the common case), else the estimate */
+    u32 o = cand != Q_NO_CAND ? cand : q_ord(from_f32(est, DT));
+    o = min(max(o, olo), ohi);
+    /* below olo nothing is taken to reach, above ohi everything */
+    const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o);
+    const bool r1 = reaches(o);
+    u32 b; /* the smallest index in [olo, ohi + 1] that reaches */
+    if (!r0 && r1) {
+        b = o;
+    } else if (!r1 && ((o >= ohi) || reaches(o + 1u))) {
+        b = o + 1u;
+    } else {
+        u32 lo, hi; /* invariant: !reaches(lo) (or lo = olo - 1), reaches(hi) (or hi = ohi + 1) */
+        if (r1) {
+            hi = o, lo = olo - 1u;
+            for (u32 step = 1u; hi > olo;) {
+                const u32 cand = hi - olo > step ? hi - step : olo;
+                if (!reaches(cand)) {
+                    lo = cand;
+                    break;
                 }
-            } else {
-                lo = o, hi = ohi + 1u;
-                for (u32 step = 1u; lo < ohi;) {
-                    const u32 cand = ohi - lo > step ? lo + step : ohi;
-                    if (reaches(cand, level)) {
-                        hi = cand;
-                        break;
-                    }
-                    lo = cand, step += step;
+                hi = cand, step += step;
+            }
+        } else {
+            lo = o, hi = ohi + 1u;
+            for (u32 step = 1u; lo < ohi;) {
+                const u32 cand = ohi - lo > step ? lo + step : ohi;
+                if (reaches(cand)) {
+                    hi = cand;
+                    break;
                 }
+                lo = cand, step += step;
             }
-            while (hi - lo > 1u) {
-                const u32 mid = lo + ((hi - lo) >> 1);
-                if (reaches(mid, level))
-                    hi = mid;
-                else
-                    lo = mid;
-            }
-            b0 = k == 0 ? hi : b0, b1 = k == 1 ? hi : b1, b2 = k == 2 ? hi : b2;
         }
-        b[0] = b0, b[1] = b1, b[2] = b2;
+        while (hi - lo > 1u) {
+            const u32 mid = lo + ((hi - lo) >> 1);
+            if (reaches(mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        b = hi;
     }
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        const u32 t = b[k] == olo ? S::NEG_INF : b[k] > ohi ? S::POS_INF : q_unord(b[k]);
-        thr[k] = t | (t << 16);
-    }
+    const u32 t = b == olo ? S::NEG_INF : b > ohi ? S::POS_INF : q_unord(b);
+    return t | (t << 16);
 }
 
 constexpr int Q_SLOT_RING = 3 * 32 * 16; /* per warp: 3 steps x 32 lanes x (src, dst slot) */
@@ -612,51 +594,37 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                                 af[mt][ks][2], af[mt][ks][3]);
             __syncwarp();
 #pragma unroll
-            for (int np2 = 0; np2 < NT / 4; np2++) {
-                /* two n-tile pairs at once: 4 * MT independent accumulator chains
-                   instead of 2 * MT (each still sums ks in order, so y is the same) */
-                float acc[2][MT][2][4];
+            for (int np = 0; np < NT / 2; np++) {
+                float acc[MT][2][4];
 #pragma unroll
-                for (int u = 0; u < 2; u++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int j = 0; j < 2; j++)
-                            acc[u][mt][j][0] = acc[u][mt][j][1] = acc[u][mt][j][2] = acc[u][mt][j][3] = 0.f;
+                    for (int j = 0; j < 2; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
-                    u32 bb[2][4];
+                    u32 b0, b1, b2, b3;
+                    ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), b0, b1, b2, b3);
 #pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int np = 2 * np2 + u;
-                        ldmatrix_x4_trans(rsm_s + o4[np & 3] + ks * 16 * D * 2 + ((np >> 2) << 7), bb[u][0], bb[u][1],
-                                          bb[u][2], bb[u][3]);
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_16816<SRC_DTYPE>(acc[mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b0,
+                                             b1);
+                        mma_16816<SRC_DTYPE>(acc[mt][1], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b2,
+                                             b3);
                     }
-#pragma unroll
-                    for (int u = 0; u < 2; u++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            mma_16816<SRC_DTYPE>(acc[u][mt][0], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3],
-                                                 bb[u][0], bb[u][1]);
-                            mma_16816<SRC_DTYPE>(acc[u][mt][1], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3],
-                                                 bb[u][2], bb[u][3]);
-                        }
                 }
                 /* acc[..][0,1]: row g, cols n*8 + 2c + {0,1}; acc[..][2,3]: row g + 8
                    (rows g and g + 8 share the swizzle: it reads row & 7) */
                 const int g = ln >> 2, c = ln & 3;
                 u8 *yrow = buf + g * D * 2 + 4 * c;
 #pragma unroll
-                for (int u = 0; u < 2; u++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            const int n = 2 * (2 * np2 + u) + j;
-                            u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
-                            *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[u][mt][j][1], acc[u][mt][j][0]);
-                            *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[u][mt][j][3], acc[u][mt][j][2]);
-                        }
+                    for (int j = 0; j < 2; j++) {
+                        const int n = 2 * np + j;
+                        u8 *y = yrow + mt * 16 * D * 2 + ((n >> 3) << 7) + ((static_cast<u32>(n & 7) ^ q_rowswz<D>(g)) << 4);
+                        *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[mt][j][1], acc[mt][j][0]);
+                        *reinterpret_cast<u32 *>(y + 8 * D * 2) = S::pack_rn(acc[mt][j][3], acc[mt][j][2]);
+                    }
             }
             __syncwarp();
         }
@@ -839,11 +807,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             f.a = sd, f.b = mean, f.inv = __frcp_rn(sd), f.lloyd_max = true;
             const float sc = __fmul_rn(LM_SCALE, sd);
             const u32 olo = q_ord(from_f32(g_mn[0], SRC_DTYPE)), ohi = q_ord(from_f32(g_mx[0], SRC_DTYPE));
-            const float lv[3] = {-LM_THRESHOLD, 0.f, LM_THRESHOLD};
-            u32 start[3];
-#pragma unroll
-            for (int k = 0; k < 3; k++) start[k] = q_ord(from_f32(__fmaf_rn(lv[k], sd, mean), SRC_DTYPE));
-            q_thresholds<SRC_DTYPE>(f, lv, start, olo, ohi, thr[0]);
+            u32 t0 = 0u, t1 = 0u, t2 = 0u;
+#pragma unroll 1
+            for (int k = 0; k < 3; k++) {
+                const float lv = static_cast<float>(k - 1) * LM_THRESHOLD; /* -T, 0, T */
+                const u32 t = q_threshold<SRC_DTYPE>(f, lv, __fmaf_rn(lv, sd, mean), Q_NO_CAND, olo, ohi);
+                t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
+            }
+            thr[0][0] = t0, thr[0][1] = t1, thr[0][2] = t2;
             store_scale(0, sc, __fsub_rn(1.5f, __fdiv_rn(mean, sc)), __fsub_rn(mean, __fmul_rn(1.5f, sc)));
 #pragma unroll
             for (int lg = 1; lg < LG; lg++) thr[lg][0] = thr[0][0], thr[lg][1] = thr[0][1], thr[lg][2] = thr[0][2];
@@ -856,15 +827,16 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 store_scale(lg, scale, zero, mn);
                 f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
                 const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
-                const float lv[3] = {1.f, 2.f, 3.f};
-                u32 start[3];
-#pragma unroll
+                /* rolled: one copy of the search per group keeps the code small */
+                u32 t0 = 0u, t1 = 0u, t2 = 0u;
+#pragma unroll 1
                 for (int k = 0; k < 3; k++) {
-                    const u32 cand = q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1);
-                    start[k] = cand != Q_NO_CAND ? cand
-                                                 : q_ord(from_f32(__fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn), SRC_DTYPE));
+                    const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
+                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
+                                                         q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
+                    t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
                 }
-                q_thresholds<SRC_DTYPE>(f, lv, start, olo, ohi, thr[lg]);
+                thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;
             }
         }
 
