@@ -83,6 +83,27 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v6 attempts (quant-v6; none kept, this is v5; each timed against v5 in the
+   same run, bench/results/logs/quantize_v6_experiments_h200.txt):
+   - the clip threshold by a sorting network for m <= 16 (Batcher blocks of
+     8 or 16 words, top-K merges, exact, GPU-tested): 471.7 vs 438.1 us. It
+     cut ~530 instructions per warp step, but its min/max (HMNMX2) run on
+     the ALU pipe like the probes' HSET2 (the probes' HADD2 run on the FMA
+     pipes), and it has as many ALU operations as the 9 probes: ALU-bound.
+   - the three threshold levels' checks written out side by side (the rolled
+     loop was 24% of the stall samples, "wait"): 460.3 vs 443.8 us (the
+     written-out checks are predicated: every level pays the third
+     evaluation and the selects).
+   - the rotation over two n-tile pairs at once (8 accumulator chains per
+     warp instead of 4): 499.0 vs 443.8 us (32 more registers at the cap of
+     128: spilled loop scalars).
+   Profile of a v6 attempt (the network): 2856 instructions per warp step,
+   issue slots 43% busy, 0.99 eligible of 3.49 warps per scheduler, ALU the
+   busiest pipe (54%); rotation block 26% of the stall samples, code
+   thresholds 24%, clip 21%, codes 10%. Left: fewer ALU operations in the
+   clip (its compares on the FMA pipes: an exact HFMA2.SAT form exists for
+   keys >= 2^-5), more warps per SM (the row in registers caps it at 16), the
+   rotation with wgmma (sm_90a) or fewer registers.
    v5 (bdbbcf8: 442.5 us, 33.0% of copy; rotation without clip 321.6 us,
    45.4%; neither 209.8 us, 69.5%; demotion of 8 tokens x 36 layers 14.9 /
    51.6 / 286.1 us for 1 / 32 / 256 requests, v4 19 / 65 / 389): the

@@ -543,6 +543,38 @@ Test(quantize_gpu, hard_rows_bit_exact, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
+/* The clip threshold at the edges of quantize.cuh's selection network (m =
+   D - clip_index = 1, 8, 9, 16 by the network of 8 or 16, 17 by the
+   bisection) on edge-case rows, both dtypes, every head dim, one and two
+   lanes per row: bit-identical to the reference's sort threshold. */
+Test(quantize_gpu, clip_selection_edges_bit_exact, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    static const int dims[] = {64, 128, 256}, ms[] = {1, 8, 9, 16, 17};
+    int di, mi, v, cases = 0;
+    for (di = 0; di < 3; di++)
+        for (mi = 0; mi < 5; mi++)
+            for (v = 0; v < 2; v++) {
+                qcase qc = {0};
+                oscar__quant_tile t;
+                qc.D = dims[di], qc.GS = qc.D, qc.H = 3, qc.layers = 1, qc.page_size = 16, qc.T = 400;
+                qc.pages = qc.T / 16 + 3;
+                qc.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+                qc.src_dtype = v ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16;
+                qc.k_ratio = (float)(qc.D - ms[mi]) / (float)qc.D, qc.v_ratio = (float)(qc.D - ms[(mi + 1) % 5]) / (float)qc.D;
+                qc.rotation = v, qc.hard = 1;
+                /* one lane per row (32 rows per warp) for bf16, two for f16 */
+                t.rows_per_warp = qc.D == 256 || v ? 16 : 32, t.warps_per_cta = 8, t.ctas = 0;
+                g_tile = oscar__quant_tile_valid(gpu, qc.D, t.rows_per_warp, t.warps_per_cta, 1) ? &t : NULL;
+                cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0, "D=%d m=%d", qc.D, ms[mi]);
+                g_tile = NULL;
+                cases++;
+            }
+    cr_log_info("quantize: %d clip-selection edge runs bit-identical to the CPU reference", cases);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
 /* 32 requests x 8 tokens x 36 layers demoted in one launch from a paged bf16
    cache: exactly the destination slots change, bit-identical to the CPU. */
 Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
