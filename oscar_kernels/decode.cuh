@@ -580,8 +580,11 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
+/* 5 CTAs per SM (<= 96 registers) where that spills nothing: HEADS 4 at D 64,
+   and at D 128 with one group per row (D 256 at 96 registers spilled ~360 B
+   and ran 302 instead of 246 us at 8 x 32K) */
 template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS, int SCALE_LAYOUT>
-__global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || GROUP_SIZE == HEAD_DIM) ? 5 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DIM == 128 && GROUP_SIZE == 128)) ? 5 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
     constexpr int HS = HEADS / 4;            /* head slots per lane */
