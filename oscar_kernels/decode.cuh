@@ -451,9 +451,9 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
     using QW = q_workspace<D, HEADS>;
     extern __shared__ __align__(16) u8 smem[];
     float *rs = reinterpret_cast<float *>(smem);           /* [CHUNK_ROWS][D] */
-    __shared__ float qs[16][D];
-    __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][16][D];
-    __shared__ int exps[16];
+    __shared__ float qs[HEADS][D];
+    __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][HEADS][D];
+    __shared__ int exps[HEADS];
     pdl_launch_next();
     const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
     const float *R = reinterpret_cast<const float *>(p.rot_k);
@@ -468,9 +468,9 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
     for (int i = t; i < r * D; i += THREADS) qs[i / D][i % D] = q_scaled(p, b, kvh * r + i / D, i % D);
     __syncthreads();
     const int n = t % D, part = t / D;
-    float acc[16];
+    float acc[HEADS]; /* loops run to HEADS, not 16: r <= HEADS (v5 ran 16 predicated FMAs per step) */
 #pragma unroll
-    for (int j = 0; j < 16; j++) acc[j] = 0.f;
+    for (int j = 0; j < HEADS; j++) acc[j] = 0.f;
     if (R) {
         for (int row0 = 0; row0 < D; row0 += CHUNK_ROWS) {
             if (row0 > 0)
@@ -484,19 +484,19 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
             for (int d = part; d < CHUNK_ROWS; d += PARTS) {
                 const float rv = rs[d * D + n];
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < HEADS; j++)
                     if (j < r) acc[j] = fmaf(qs[j][row0 + d], rv, acc[j]);
             }
             __syncthreads();
         }
         if (part > 0)
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < HEADS; j++)
                 if (j < r) part_sum[part - 1][j][n] = acc[j];
         __syncthreads();
         if (part == 0)
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < HEADS; j++) {
                 if (j >= r) break;
                 float x = acc[j];
 #pragma unroll
@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
         __syncthreads();
         if (part == 0)
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < HEADS; j++)
                 if (j < r) qs[j][n] = acc[j]; /* qs now holds q' */
         __syncthreads();
     }
@@ -1127,17 +1127,19 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
 /* splits' loads independent of each other, and R_v^T by Q = 512 / D        */
 /* neighbouring lanes per output dim (a shuffle sums their parts). v1-v3    */
 /* used 128 threads, one per output dim walking all of R's row: a 66-split */
-/* 1 x 128K step spent ~15 us here.                                         */
-template <int D>
+/* 1 x 128K step spent ~15 us here. v6: HEADS (4, 8, 16 >= the group     */
+/* ratio) bounds the per-head loops: v5 unrolled 16 heads, predicated, at   */
+/* every ratio (1755 instructions per warp, 18-20 us alone at batch 1).     */
+template <int D, int HEADS>
 __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
     constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
     constexpr int PAD = D + D / 32;             /* o_int2 row stride: the Q lanes of a dim hit Q banks */
     static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
-    __shared__ float o_int2[16 * PAD];
-    __shared__ float lse_part[16][2];
-    __shared__ float wgt[2][16][MAX_SPLITS]; /* normalised weight of each split */
+    __shared__ float o_int2[HEADS * PAD];
+    __shared__ float lse_part[HEADS][2];
+    __shared__ float wgt[2][HEADS][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
     const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio;
     const int splits = p.int2_splits + p.win_splits;
@@ -1194,33 +1196,33 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     __syncthreads();
     /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
        take R's row n in PER-float pieces and serve every head of the group */
-    float x[16];
+    float x[HEADS]; /* HEADS (4, 8, 16) >= r: v5 unrolled 16 heads, predicated, at every ratio */
 #pragma unroll
-    for (int j = 0; j < 16; j++) x[j] = 0.f;
+    for (int j = 0; j < HEADS; j++) x[j] = 0.f;
     if (R) {
 #pragma unroll
         for (int d4 = 0; d4 < PER / 4; d4++) {
             const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
             const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < HEADS; j++)
                 if (j < r)
                     x[j] = fmaf(o_int2[j * PAD + o0], rv.x,
                                 fmaf(o_int2[j * PAD + o0 + 1], rv.y,
                                      fmaf(o_int2[j * PAD + o0 + 2], rv.z, fmaf(o_int2[j * PAD + o0 + 3], rv.w, x[j]))));
         }
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < HEADS; j++)
 #pragma unroll
             for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
     } else {
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < HEADS; j++)
             if (j < r) x[j] = o_int2[j * PAD + n + n / 32];
     }
     /* lane q of dim n finishes heads q, q + Q, ... */
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < HEADS; j++) {
         if (j >= r) break;
         if (j % Q != q) continue;
         const float l1 = lse_part[j][0], l2 = lse_part[j][1];
