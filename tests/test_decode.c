@@ -294,6 +294,16 @@ static void prob_reference(dprob *P, double *o_ref, double *lse_ref) {
     free(scratch);
 }
 
+/* prob_make + prob_upload + the float64 reference into fresh arrays (the
+   caller frees them) */
+static void prob_make_with_reference(tu_rng *r, const dcase *c, dprob *P, double **o_ref, double **lse_ref) {
+    prob_make(r, c, P);
+    prob_upload(P);
+    *o_ref = tu_xmalloc(sizeof(double) * (size_t)c->B * c->Hq * c->D);
+    *lse_ref = tu_xmalloc(sizeof(double) * (size_t)c->B * c->Hq);
+    prob_reference(P, *o_ref, *lse_ref);
+}
+
 typedef struct derr {
     double max_rel, max_lse;
 } derr;
@@ -562,11 +572,7 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
         c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
         c.int2_len = il, c.win_len = wl;
         c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
-        prob_make(&r, &c, &P);
-        prob_upload(&P);
-        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D);
-        lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
-        prob_reference(&P, o_ref, lse_ref);
+        prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, k->name);
         cr_log_info("%-36s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", k->name,
                     e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
@@ -588,10 +594,7 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
     int i;
     c.B = 3, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 128, c.ps = 16, c.wps = 16;
     c.rot_k = c.rot_v = 1, c.int2_len = il, c.win_len = wl;
-    prob_make(&r, &c, &P);
-    prob_upload(&P);
-    o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
-    prob_reference(&P, o_ref, lse_ref);
+    prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
     for (i = 0; i < 4; i++) {
         char what[64];
         P.c.int2_splits = splits[i], P.c.window_splits = 1 + i % 3;
@@ -618,10 +621,7 @@ Test(decode_gpu, int2_only_through_the_merge_kernel, .timeout = 600) {
     int i;
     c.B = 4, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 64, c.ps = 16, c.wps = 16;
     c.rot_k = c.rot_v = 1, c.int2_len = il, c.win_len = wl, c.no_window = 1, c.cap = 30.0f;
-    prob_make(&r, &c, &P);
-    prob_upload(&P);
-    o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
-    prob_reference(&P, o_ref, lse_ref);
+    prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
     for (i = 0; i < 3; i++) {
         char what[64];
         P.c.int2_splits = splits[i];
@@ -656,10 +656,7 @@ Test(decode_gpu, large_batch_and_long_context, .timeout = 1200) {
         c.int2_splits = which == 2 ? 1 : 0;
         for (b = 0; b < c.B; b++) il[b] = which == 1 ? 131072 : which == 2 ? 32768 : 1 + tu_int(&r, 3000), wl[b] = 320;
         c.int2_len = il, c.win_len = wl;
-        prob_make(&r, &c, &P);
-        prob_upload(&P);
-        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D), lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
-        prob_reference(&P, o_ref, lse_ref);
+        prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, names[which]);
         cr_log_info("%s: max rel. error %.2e, max |lse error| %.2e (splits %d + %d)", names[which], e.max_rel, e.max_lse,
                     P.plan.int2_splits, P.plan.window_splits);

@@ -1497,6 +1497,15 @@ OSCAR__PRIVATE oscar_status oscar__tune_require_device(oscar_ctx *ctx, const cha
     return OSCAR_OK;
 }
 
+/* The timing fields every tuning desc has, defaulted alike: 3 warm-up and 15
+   timed launches, inputs rotating over twice the L2 (64 MB where its size is
+   unknown). */
+OSCAR__PRIVATE void oscar__tune_timing_defaults(const oscar_ctx *ctx, int32_t *warmup, int32_t *repeats, int64_t *min_bytes) {
+    *warmup = oscar__def(*warmup, 3);
+    *repeats = oscar__def(*repeats, 15);
+    *min_bytes = oscar__def(*min_bytes, 2 * OSCAR__CAST(int64_t, ctx->l2_bytes > 0 ? ctx->l2_bytes : (64 << 20)));
+}
+
 OSCAR__PRIVATE size_t oscar__tune_sets(int64_t min_bytes, size_t set_bytes) {
     size_t n = set_bytes ? (OSCAR__CAST(size_t, min_bytes) + set_bytes - 1) / set_bytes : 1;
     return OSCAR__MAX(OSCAR__CAST(size_t, 1), OSCAR__MIN(n, OSCAR__CAST(size_t, 48)));
@@ -1612,9 +1621,7 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
     d.int2_layout = oscar__def(d.int2_layout, OSCAR_KV_LAYOUT_HND);
     d.window_page_size = oscar__def(d.window_page_size, 16);
     d.window_tokens = oscar__def(d.window_tokens, 320);
-    d.warmup = oscar__def(d.warmup, 3);
-    d.repeats = oscar__def(d.repeats, 15);
-    d.min_bytes = oscar__def(d.min_bytes, 2 * OSCAR__CAST(int64_t, ctx->l2_bytes > 0 ? ctx->l2_bytes : (64 << 20)));
+    oscar__tune_timing_defaults(ctx, &d.warmup, &d.repeats, &d.min_bytes);
     oscar__validate_begin(&v, ctx, "oscar_tune_decode");
     OSCAR__CHECK_CANARIES(&v, desc, "desc");
     OSCAR__VALIDATE(&v, d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
@@ -1915,9 +1922,7 @@ OSCAR_API oscar_status oscar_tune_merge(oscar_ctx *ctx, const oscar_tune_merge_d
     d = *desc;
     d.num_states = oscar__def(d.num_states, 2);
     d.dtype = oscar__def(d.dtype, OSCAR_DTYPE_BF16);
-    d.warmup = oscar__def(d.warmup, 3);
-    d.repeats = oscar__def(d.repeats, 15);
-    d.min_bytes = oscar__def(d.min_bytes, 2 * OSCAR__CAST(int64_t, ctx->l2_bytes > 0 ? ctx->l2_bytes : (64 << 20)));
+    oscar__tune_timing_defaults(ctx, &d.warmup, &d.repeats, &d.min_bytes);
     oscar__validate_begin(&v, ctx, "oscar_tune_merge");
     OSCAR__CHECK_CANARIES(&v, desc, "desc");
     OSCAR__VALIDATE(&v, d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
@@ -2092,9 +2097,7 @@ OSCAR_API oscar_status oscar_tune_quantize(oscar_ctx *ctx, const oscar_tune_quan
     d.scale_layout = oscar__def(d.scale_layout, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN);
     d.mode = oscar__def(d.mode, OSCAR_QUANT_MODE_UNIFORM);
     d.page_size = oscar__def(d.page_size, 16);
-    d.warmup = oscar__def(d.warmup, 3);
-    d.repeats = oscar__def(d.repeats, 15);
-    d.min_bytes = oscar__def(d.min_bytes, 2 * OSCAR__CAST(int64_t, ctx->l2_bytes > 0 ? ctx->l2_bytes : (64 << 20)));
+    oscar__tune_timing_defaults(ctx, &d.warmup, &d.repeats, &d.min_bytes);
     oscar__validate_begin(&v, ctx, "oscar_tune_quantize");
     OSCAR__CHECK_CANARIES(&v, desc, "desc");
     OSCAR__VALIDATE(&v, d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
