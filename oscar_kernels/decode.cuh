@@ -30,14 +30,18 @@
    conversion; q' is an integer per head (24 bits of its largest element)
    times 4^(3-k), as four s8 digits in four B columns, so the s32 sums are
    exact and one IMAD + I2F per digit pair rebuilds the dot product.
-   PV (v3-v6): p*scale in bf16 hi + lo against the codes as exact bf16 values
-   (one LOP3 and one HFMA2 per pair), mma m16n8k16, f32 accumulation.
+   PV: p*scale in bf16 hi + lo against the codes as exact bf16 values,
+   mma m16n8k16, f32 accumulation; v7: one AND per code pair (the codes as
+   bf16 subnormals, code * 4^k * 2^-133, weights scaled by 2^64, the sums
+   by 2^69 / 4^k), v3-v6: a LOP3 and an HFMA2 per pair.
    Dims are permuted inside a k-step / m-tile so that a thread's fragment
    elements come from the bytes ldmatrix gave it (a dot product is
    order-free); the output dims are mapped back when stored. Lane (g, c) owns
    heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
    softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v7: V codes as bf16 subnormals (no offset, no HFMA2; loop 489 -> 411
+   SASS instructions per 32-token tile at D 128 / group 128 / 4 heads).
    v6: QK on IMMA (32x32K, H200: 329 -> 268 us with the same splits; loop
    ~690 -> ~455 SASS instructions per 32-token tile); one head per lane (v5
    duplicated the PACK logits on half the lanes); the page position kept
@@ -176,26 +180,22 @@ __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u
     }
 }
 
-/* (r & mask) | magic as one LOP3: written as C, the compiler emits an AND
-   and an OR (a LOP3 takes one immediate), 3 instead of 2 instructions per
-   code pair -- a third of the INT2 kernel's unpacking. */
-template <u32 MASK, u32 MAGIC>
-__device__ __forceinline__ u32 and_or(u32 r) {
-    u32 d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(r), "n"(MASK), "n"(MAGIC));
-    return d;
-}
-/* Exact codes of quarter k of bytes (0, 2) of r as two bf16 values: the code
-   lands in the mantissa of 128 + code*4^k, then one FMA scales and removes
-   the offset (quarter 3 is shifted down first because code*64 would reach
-   bf16's exponent bits). */
+/* Exact codes of quarter k of bytes (0, 2) of r as two bf16 values, one AND
+   (v7): with no exponent bits set, the low byte n of each half is the bf16
+   n * 2^-133 (subnormals continue into the first binade exactly for n < 256),
+   so the pair is code * 4^k * 2^-133 with no offset to remove -- the tensor
+   cores take subnormal bf16 inputs as they are. The caller scales the weights
+   by 2^PV_W_SHIFT (so the products are normal f32) and the m-tile's sums by
+   pv_out_factor(k). v3-v6 set the exponent of 128 with an OR and removed
+   the offset with an HFMA2 (and shifted quarter 3 down first): 64 HFMA2 +
+   16 SHF more per 32-token tile. */
+constexpr int PV_W_SHIFT = 64;
 template <int k>
 __device__ __forceinline__ u32 code_pair_bf16(u32 r) {
-    if constexpr (k == 3) return code_pair_bf16<1>(r >> 4);
-    constexpr u32 mul = k == 0 ? 0x3F803F80u : k == 1 ? 0x3E803E80u : 0x3D803D80u;
-    constexpr u32 add = k == 0 ? 0xC300C300u : k == 1 ? 0xC200C200u : 0xC100C100u;
-    return hfma2_bf16(and_or<(0x00030003u << (2 * k)), 0x43004300u>(r), mul, add);
+    return r & (0x00030003u << (2 * k));
 }
+/* 2^(133 - PV_W_SHIFT) / 4^k, exactly */
+__device__ __forceinline__ float pv_out_factor(int k) { return __int_as_float((127 + 133 - PV_W_SHIFT - 2 * k) << 23); }
 
 /* code_pair_bf16<k> for a quarter k known after unrolling */
 __device__ __forceinline__ u32 code_pair(u32 r, int k) {
@@ -256,6 +256,8 @@ struct int2_map {
             return 32 * bk + k * Q4 + 2 * g + j + 16 * half;
         }
     }
+    /* PV: the quarter whose codes m-tile mt holds (v_code_frags) */
+    __device__ static constexpr int v_quarter(int mt) { return D == 64 ? mt : mt % 4; }
     __device__ static constexpr int v_group_base(int mt) {
         return D == 64 ? 16 * mt : 32 * (mt / 8) + (mt % 4) * Q4;
     }
@@ -575,8 +577,8 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    conversion; q' as four s8 digits per head (decode_prep_kernel), so the s32
    accumulators are exact and one IMAD + one I2F per digit pair rebuild the
    dot product.
-   PV as before on bf16 mma (v3-v5): V codes unpacked to exact bf16 values
-   (LOP3 + HFMA2 per pair), p * scale as bf16 hi + lo. With HEADS = 4 the
+   PV on bf16 mma: V codes as exact bf16 values (v7: one AND per pair, see
+   code_pair_bf16), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
@@ -877,6 +879,7 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
                 float sc[2], mn[2];
                 affine(vsb, sub * 16 + g, grp, sc[0], mn[0]);
                 affine(vsb, sub * 16 + g + 8, grp, sc[1], mn[1]);
+                sc[0] *= __int_as_float((127 + PV_W_SHIFT) << 23), sc[1] *= __int_as_float((127 + PV_W_SHIFT) << 23);
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     if constexpr (PACK) {
@@ -938,17 +941,18 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
+        const float f = pv_out_factor(MAP::v_quarter(mt));
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int d = MAP::v_dim(mt, g, half);
             if constexpr (PACK) {
-                COMB::o_of(smem, warp, c)[d] = acc[mt][0][2 * half] + acc[mt][0][2 * half + 1] + vmin[grp][0];
+                COMB::o_of(smem, warp, c)[d] = fmaf(acc[mt][0][2 * half] + acc[mt][0][2 * half + 1], f, vmin[grp][0]);
             } else {
 #pragma unroll
                 for (int nv = 0; nv < NV; nv++)
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] = acc[mt][nv][2 * half + e] + vmin[grp][2 * nv + e];
+                        COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] = fmaf(acc[mt][nv][2 * half + e], f, vmin[grp][2 * nv + e]);
             }
         }
     }
