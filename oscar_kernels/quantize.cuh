@@ -735,22 +735,35 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 if constexpr (LPR == 2) cnt += __shfl_xor_sync(0xffffffffu, cnt, 1);
                 return cnt;
             };
-            u32 lo = 0u, hi = kmax;
-            {
-                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
-                if (count_ge(probe) >= need)
-                    lo = probe;
-                else
-                    hi = probe - 1u;
-            }
-            while (__any_sync(0xffffffffu, lo < hi)) {
-                const u32 mid = (lo + hi + 1u) >> 1;
-                const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
-                if (lo < hi) {
-                    if (cnt >= need)
-                        lo = mid;
+            /* Bisection over a window of WIN = 2^MANT_BITS keys (one binade)
+               below kmax: exactly MANT_BITS probes when tau lies in it, as it
+               does for almost every row (tau >= max / 2). Invariants: count(>=
+               hi + 1) < m; count(>= lo) >= m once vfy is set. A lane whose lo
+               stayed at the window's bottom checks it with one more probe (in
+               step with the other lanes' bisection) and, where it fails,
+               takes the next window down. */
+            constexpr u32 WIN = 1u << MANT_BITS;
+            u32 hi = kmax, lo = kmax > WIN - 1u ? kmax - (WIN - 1u) : 0u;
+            bool vfy = lo == 0u; /* count(>= 0) = D >= m */
+            for (;;) {
+                const bool act = lo < hi, chk = !act && !vfy;
+                if (!__any_sync(0xffffffffu, act || chk)) break;
+                const u32 key = act ? (lo + hi + 1u) >> 1 : lo;
+                const float cnt = count_ge(key); /* every lane takes part in the shuffles */
+                const bool ok = cnt >= need;
+                if (act) {
+                    if (ok)
+                        lo = key, vfy = true;
                     else
-                        hi = mid - 1u;
+                        hi = key - 1u;
+                } else if (chk) {
+                    if (ok) {
+                        vfy = true;
+                    } else {
+                        hi = lo - 1u;
+                        lo = hi > WIN - 1u ? hi - (WIN - 1u) : 0u;
+                        vfy = lo == 0u;
+                    }
                 }
             }
             tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo));
