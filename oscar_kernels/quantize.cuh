@@ -236,20 +236,6 @@ __device__ __forceinline__ u32 q_absge_f16(u32 a, u32 b) {
     asm("{\n\t.reg .b32 t;\n\tabs.f16x2 t, %1;\n\tset.ge.f16x2.f16x2 %0, t, %2;\n\t}" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-/* Per half f16 1.0 where |a| > kp, else 0 (kp >= 2^-5 as an f16 number, finite):
-   sat(|a| * M - kp * M) with M = 1 / ulp(kp), a power of two, and kp * M an
-   integer in [1024, 2048): fma rounds once, so every |a| <= kp gives a result
-   <= 0 (0 after .sat; NaN -> 0 too), every |a| > kp, i.e. >= kp + ulp(kp),
-   one >= 1 (1 after .sat). The same count as q_absge_f16(a, kp + 1) on the
-   FMA pipes instead of the ALU (abs folds into the HFMA2 as an operand
-   modifier). mm = M | M << 16, cc = -(kp * M) | ... */
-__device__ __forceinline__ u32 q_absgt_sat_f16(u32 a, u32 mm, u32 cc) {
-    u32 d;
-    asm("{\n\t.reg .b32 t;\n\tabs.f16x2 t, %1;\n\tfma.rn.sat.f16x2 %0, t, %2, %3;\n\t}"
-        : "=r"(d)
-        : "r"(a), "r"(mm), "r"(cc));
-    return d;
-}
 /* acc + per half [|a| >= key] (bits 0 and 16), kk = key | key << 16, key < 2^15:
    (a | 0x8000) - key per half has bit 15 set iff |a| >= key, with no borrow
    across halves. One volatile block, for the same reason as above. */
@@ -405,38 +391,6 @@ __device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, floa
         }
         b = hi;
     }
-    const u32 t = b == olo ? S::NEG_INF : b > ohi ? S::POS_INF : q_unord(b);
-    return t | (t << 16);
-}
-
-/* The common case of q_threshold for a uniform group, with no branch: the
-   direct candidate (clamped to [olo, ohi]) is the threshold when it reaches
-   and its predecessor does not (or it is ohi and does not reach: +inf).
-   Clears ok where that does not settle it, where the candidate was
-   declined, or where a quotient leaves div_rn_by's fast range; the caller
-   then runs q_threshold, so the result is q_threshold's wherever ok stays
-   set. */
-__device__ __forceinline__ float q_eval_uniform_fast(float v, float scale, float zero, float inv, bool &bad) {
-    const float y0 = __fmul_rn(v, inv);
-    const float r = __fmaf_rn(-y0, scale, v);
-    const float q = __fmaf_rn(r, inv, y0);
-    bad |= !(fabsf(scale) < __int_as_float(0x7e800000)) || !(fabsf(q) < __int_as_float(0x7f000000)) ||
-           (fabsf(q) < __int_as_float(0x01000000) && v != 0.f);
-    return __fadd_rn(__fadd_rn(q, zero), 0.5f);
-}
-template <int DT>
-__device__ __forceinline__ u32 q_threshold_fast(float scale, float zero, float inv, float level, u32 cand, u32 olo,
-                                                u32 ohi, bool &ok) {
-    using S = qsimd<DT>;
-    const u32 o = min(max(cand, olo), ohi);
-    bool bad = cand == Q_NO_CAND;
-    const bool above = o > olo;
-    const bool r0 = above & (q_eval_uniform_fast(to_f32<DT>(static_cast<u16>(q_unord(above ? o - 1u : o))), scale, zero,
-                                                 inv, bad) >= level);
-    const bool r1 = q_eval_uniform_fast(to_f32<DT>(static_cast<u16>(q_unord(o))), scale, zero, inv, bad) >= level;
-    const bool hit = !r0 && r1;
-    ok &= !bad && (hit || (!r1 && o >= ohi));
-    const u32 b = hit ? o : o + 1u;
     const u32 t = b == olo ? S::NEG_INF : b > ohi ? S::POS_INF : q_unord(b);
     return t | (t << 16);
 }
@@ -759,21 +713,10 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             /* bf16 keys >= 0x7C00 (|y| >= 2^121) are not f16 numbers: count them
                with integer compares (exact, slower; never in real caches) */
             const bool exact_int = S::BF16 && __any_sync(0xffffffffu, kmax >= 0x7c00u);
-            auto count_ge = [&](u32 key, bool on_fma) {
+            auto count_ge = [&](u32 key) {
                 const u32 kk = key | (key << 16);
                 float cnt;
-                if (on_fma) {
-                    /* [|y| >= key] = [|y| > key - 1] by saturated FMAs (q_absgt_sat_f16) */
-                    const u32 kp = key - 1u, mh = (40u - (kp >> 10)) << 10, ch = 0xe400u | (kp & 0x3ffu);
-                    const u32 mm = mh | (mh << 16), cc = ch | (ch << 16);
-                    u32 a[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-#pragma unroll
-                        for (int jp = 0; jp < JP; jp++) a[jp & 3] = hadd2(a[jp & 3], q_absgt_sat_f16(w[q][jp], mm, cc));
-                    const u32 s = hadd2(hadd2(a[0], a[1]), hadd2(a[2], a[3]));
-                    cnt = f16_to_f32(static_cast<u16>(s & 0xffffu)) + f16_to_f32(static_cast<u16>(s >> 16));
-                } else if (!exact_int) {
+                if (!exact_int) {
                     u32 a[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
                     for (int q = 0; q < 4; q++)
@@ -794,11 +737,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             };
             /* Bisection over a window of WIN = 2^MANT_BITS keys (one binade)
                below kmax: exactly MANT_BITS probes when tau lies in it, as it
-               does for almost every row (tau >= max / 2). Invariants: count(>=
-               hi + 1) < m; count(>= lo) >= m once vfy is set. A lane whose lo
+               does for almost every row (tau >= max / 2; v5 probed max / 4
+               first and then bisected two binades, 9-10 probes). Invariants:
+               count(>= hi + 1) < m; count(>= lo) >= m once vfy is set (lo = 0
+               is taken as set, as v5 does: count(>= 0) = D). A lane whose lo
                stayed at the window's bottom checks it with one more probe (in
-               step with the other lanes' bisection) and, where it fails,
-               takes the next window down. */
+               step with the other lanes' bisection) and, where that fails,
+               bisects everything below the window. The result is the same
+               largest key with count >= m as v5's. */
             constexpr u32 WIN = 1u << MANT_BITS;
             u32 hi = kmax, lo = kmax > WIN - 1u ? kmax - (WIN - 1u) : 0u;
             bool vfy = lo == 0u; /* count(>= 0) = D >= m */
@@ -806,9 +752,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 const bool act = lo < hi, chk = !act && !vfy;
                 if (!__any_sync(0xffffffffu, act || chk)) break;
                 const u32 key = act ? (lo + hi + 1u) >> 1 : lo;
-                /* keys > 2^-5 as f16 numbers (bf16: > 2^-47) count on the FMA pipes */
-                const bool on_fma = !exact_int && __all_sync(0xffffffffu, key > 0x2800u);
-                const float cnt = count_ge(key, on_fma); /* every lane takes part in the shuffles */
+                const float cnt = count_ge(key); /* every lane takes part in the shuffles */
                 const bool ok = cnt >= need;
                 if (act) {
                     if (ok)
@@ -820,8 +764,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                         vfy = true;
                     } else {
                         hi = lo - 1u;
-                        lo = hi > WIN - 1u ? hi - (WIN - 1u) : 0u;
-                        vfy = lo == 0u;
+                        lo = 0u;
+                        vfy = true;
                     }
                 }
             }
@@ -918,27 +862,16 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
                 const float zero = __fdiv_rn(-mn, scale);
                 store_scale(lg, scale, zero, mn);
-                const float inv = __frcp_rn(scale);
-                f.a = scale, f.b = zero, f.inv = inv, f.lloyd_max = false;
+                f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
                 const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
-                /* the three levels side by side, with no branch (independent
-                   chains), and the search only where that does not settle one */
-                bool ok = true;
-                u32 t0 = q_threshold_fast<SRC_DTYPE>(scale, zero, inv, 1.f, q_direct_candidate<SRC_DTYPE>(scale, zero, 1),
-                                                     olo, ohi, ok);
-                u32 t1 = q_threshold_fast<SRC_DTYPE>(scale, zero, inv, 2.f, q_direct_candidate<SRC_DTYPE>(scale, zero, 2),
-                                                     olo, ohi, ok);
-                u32 t2 = q_threshold_fast<SRC_DTYPE>(scale, zero, inv, 3.f, q_direct_candidate<SRC_DTYPE>(scale, zero, 3),
-                                                     olo, ohi, ok);
-                if (!ok) {
-                    /* rolled: one copy of the search per group keeps the code small */
+                /* rolled: one copy of the search per group keeps the code small */
+                u32 t0 = 0u, t1 = 0u, t2 = 0u;
 #pragma unroll 1
-                    for (int k = 0; k < 3; k++) {
-                        const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
-                                                             __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
-                                                             q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
-                        t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
-                    }
+                for (int k = 0; k < 3; k++) {
+                    const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
+                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
+                                                         q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
+                    t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
                 }
                 thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;
             }
