@@ -743,7 +743,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                is taken as set, as v5 does: count(>= 0) = D). A lane whose lo
                stayed at the window's bottom checks it with one more probe (in
                step with the other lanes' bisection) and, where that fails,
-               bisects everything below the window. The result is the same
+               takes the next binade down. The result is the same
                largest key with count >= m as v5's. */
             constexpr u32 WIN = 1u << MANT_BITS;
             u32 hi = kmax, lo = kmax > WIN - 1u ? kmax - (WIN - 1u) : 0u;
@@ -764,8 +764,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                         vfy = true;
                     } else {
                         hi = lo - 1u;
-                        lo = 0u;
-                        vfy = true;
+                        lo = hi > WIN - 1u ? hi - (WIN - 1u) : 0u;
+                        vfy = lo == 0u;
                     }
                 }
             }
