@@ -83,6 +83,20 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v7 (quant-v7, bench/results/logs/quantize_v7_experiments_h200.txt): the
+   clip bisects a one-binade window below max|y| (2^MANT_BITS keys: 7 probes
+   for bf16 where tau >= max / 2, almost every row; v5: a probe at max / 4,
+   then two binades, 9-10 probes), checking the window's bottom with one
+   probe only where a lane's lo stays there, and taking the next binade down
+   where that fails. Same codes as v5 (the same largest key with count >= m).
+   413.4 / 418.8 / 426.6 / 420.5 vs v5 437.1 / 440.6 / 439.6 / 440.8 us in
+   the same runs (3-5%; ~34.5% of copy). Tried and dropped, same runs: the
+   three levels' common case side by side with no branch (no change: 415.2
+   vs 413.4 us), the probes' counts by HFMA2.SAT on the FMA pipes (exact for
+   keys > 2^-5; 451-453 us: the compiler puts half of them on the MMA pipe,
+   busy with the rotation, and the probes lose the ALU / fp16 split), 8
+   count accumulators instead of 4 (no change). The rotation adds ~106 us
+   (its mma.sync tensor-pipe time), the clip ~100-110 us.
    v6 attempts (quant-v6; none kept, this is v5; each timed against v5 in the
    same run, bench/results/logs/quantize_v6_experiments_h200.txt):
    - the clip threshold by a sorting network for m <= 16 (Batcher blocks of
