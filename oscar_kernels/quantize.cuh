@@ -83,20 +83,6 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
-   v7 (quant-v7, bench/results/logs/quantize_v7_experiments_h200.txt): the
-   clip bisects a one-binade window below max|y| (2^MANT_BITS keys: 7 probes
-   for bf16 where tau >= max / 2, almost every row; v5: a probe at max / 4,
-   then two binades, 9-10 probes), checking the window's bottom with one
-   probe only where a lane's lo stays there, and taking the next binade down
-   where that fails. Same codes as v5 (the same largest key with count >= m).
-   413.4 / 418.8 / 426.6 / 420.5 vs v5 437.1 / 440.6 / 439.6 / 440.8 us in
-   the same runs (3-5%; ~34.5% of copy). Tried and dropped, same runs: the
-   three levels' common case side by side with no branch (no change: 415.2
-   vs 413.4 us), the probes' counts by HFMA2.SAT on the FMA pipes (exact for
-   keys > 2^-5; 451-453 us: the compiler puts half of them on the MMA pipe,
-   busy with the rotation, and the probes lose the ALU / fp16 split), 8
-   count accumulators instead of 4 (no change). The rotation adds ~106 us
-   (its mma.sync tensor-pipe time), the clip ~100-110 us.
    v6 attempts (quant-v6; none kept, this is v5; each timed against v5 in the
    same run, bench/results/logs/quantize_v6_experiments_h200.txt):
    - the clip threshold by a sorting network for m <= 16 (Batcher blocks of
@@ -749,38 +735,22 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 if constexpr (LPR == 2) cnt += __shfl_xor_sync(0xffffffffu, cnt, 1);
                 return cnt;
             };
-            /* Bisection over a window of WIN = 2^MANT_BITS keys (one binade)
-               below kmax: exactly MANT_BITS probes when tau lies in it, as it
-               does for almost every row (tau >= max / 2; v5 probed max / 4
-               first and then bisected two binades, 9-10 probes). Invariants:
-               count(>= hi + 1) < m; count(>= lo) >= m once vfy is set (lo = 0
-               is taken as set, as v5 does: count(>= 0) = D). A lane whose lo
-               stayed at the window's bottom checks it with one more probe (in
-               step with the other lanes' bisection) and, where that fails,
-               takes the next binade down. The result is the same
-               largest key with count >= m as v5's. */
-            constexpr u32 WIN = 1u << MANT_BITS;
-            u32 hi = kmax, lo = kmax > WIN - 1u ? kmax - (WIN - 1u) : 0u;
-            bool vfy = lo == 0u; /* count(>= 0) = D >= m */
-            for (;;) {
-                const bool act = lo < hi, chk = !act && !vfy;
-                if (!__any_sync(0xffffffffu, act || chk)) break;
-                const u32 key = act ? (lo + hi + 1u) >> 1 : lo;
-                const float cnt = count_ge(key); /* every lane takes part in the shuffles */
-                const bool ok = cnt >= need;
-                if (act) {
-                    if (ok)
-                        lo = key, vfy = true;
+            u32 lo = 0u, hi = kmax;
+            {
+                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                if (count_ge(probe) >= need)
+                    lo = probe;
+                else
+                    hi = probe - 1u;
+            }
+            while (__any_sync(0xffffffffu, lo < hi)) {
+                const u32 mid = (lo + hi + 1u) >> 1;
+                const float cnt = count_ge(mid); /* every lane takes part in the shuffles */
+                if (lo < hi) {
+                    if (cnt >= need)
+                        lo = mid;
                     else
-                        hi = key - 1u;
-                } else if (chk) {
-                    if (ok) {
-                        vfy = true;
-                    } else {
-                        hi = lo - 1u;
-                        lo = hi > WIN - 1u ? hi - (WIN - 1u) : 0u;
-                        vfy = lo == 0u;
-                    }
+                        hi = mid - 1u;
                 }
             }
             tau = to_f32<SRC_DTYPE>(static_cast<u16>(lo));
