@@ -1127,6 +1127,16 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
     COMB::finish(smem, p, b, kvh, slot);
 }
 
+/* ======================================================================== */
+/* merge: INT2 splits -> @ R_v^T -> with the window splits -> o, lse        */
+/* Grid (batch, kv heads), 512 threads. Split weights are computed by lanes */
+/* in parallel, the weighted sums by threads over (head, dim) with the      */
+/* splits' loads independent of each other, and R_v^T by Q = 512 / D        */
+/* neighbouring lanes per output dim (a shuffle sums their parts). v1-v3    */
+/* used 128 threads, one per output dim walking all of R's row: a 66-split */
+/* 1 x 128K step spent ~15 us here. v6: HEADS (4, 8, 16 >= the group     */
+/* ratio) bounds the per-head loops: v5 unrolled 16 heads, predicated, at   */
+/* every ratio (1755 instructions per warp, 18-20 us alone at batch 1).     */
 namespace detail {
 /* sum_s w[s] * src[s * stride] over n splits, CHUNK loads in flight at once:
    every load of a chunk is issued (predicated on s < n) before the first FMA
@@ -1152,103 +1162,111 @@ __device__ __forceinline__ float weighted_split_sum(const float *src, const floa
 }
 }  // namespace detail
 
-/* ======================================================================== */
-/* merge: INT2 splits -> @ R_v^T -> with the window splits -> o, lse        */
-/* Grid (batch, q heads / heads per CTA), 2 * D threads. The host picks one  */
-/* head per CTA when batch x q heads fits in one wave of CTAs (batch 1-4     */
-/* at 32 heads on 132 SMs), else the KV head's whole group per CTA (R_v read */
-/* once per group: one CTA per head re-read it per head, +35% at 128 x 4K). */
-/* Two lanes per output dim n each take half of R_v's row n (loaded once,   */
-/* before the wait: a constant input) against the INT2 part in the rotated  */
-/* space; the CTA's heads go one after the other.                           */
-/* v7. v1-v6: 512 threads per KV head doing its group's heads side by side: */
-/* ~1500 instructions per warp on 16 warps of each of 8 SMs at batch 1,     */
-/* 9.6-13.6 us alone at 1 x 8K (ncu), issue-bound on 8 SMs.                 */
-/* HEADS stays a template parameter (the registry names the kernel by the   */
-/* group's head bound) but the kernel no longer depends on it.              */
 template <int D, int HEADS>
-__global__ void __launch_bounds__(2 * D) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
-    constexpr int THREADS = 2 * D, MAX_SPLITS = 128; /* the plan never makes more */
-    constexpr int PER = D / 2;                       /* floats of R's row per lane */
-    constexpr bool PREFETCH = PER <= 64;             /* R in registers up to D 128 */
-    __shared__ __align__(16) float o_int2[D];
-    __shared__ float lse_part[2];
-    __shared__ float wgt[2][MAX_SPLITS]; /* normalised weight of each split */
-    static_assert(THREADS <= 512, "merge tiling");
+    constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
+    constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
+    constexpr int PAD = D + D / 32;             /* o_int2 row stride: the Q lanes of a dim hit Q banks */
+    static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
+    __shared__ float o_int2[HEADS * PAD];
+    __shared__ float lse_part[HEADS][2];
+    __shared__ float wgt[2][HEADS][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
-    const int b = blockIdx.x, hpc = p.num_q_heads / static_cast<int>(gridDim.y), t = threadIdx.x;
+    const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio;
     const int splits = p.int2_splits + p.win_splits;
-    const int warp = t >> 5, lane = t & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    /* this lane's piece of R_v's row n, loaded before the wait (a constant
+       input) where it fits in registers (D <= 128: 32 floats) */
+    constexpr bool PREFETCH = PER <= 32;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
-    const int n = t >> 1, q = t & 1;
+    const int n = threadIdx.x / Q, q = threadIdx.x % Q;
     const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
     float4 rrow[PREFETCH ? PER / 4 : 1];
     if (PREFETCH && R)
 #pragma unroll
         for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
     pdl_wait();
-    for (int hh = 0; hh < hpc; hh++) {
-        const int h = blockIdx.y * hpc + hh;
-        const i64 hrow = static_cast<i64>(b) * p.num_q_heads + h;
-        /* weights: warp 0 the INT2 splits, warp 1 the window splits */
-        if (warp < 2) {
-            const int part = warp;
-            const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
-            const i64 lrow = hrow * splits + s0;
-            float m = neg_inf();
-            for (int s = lane; s < ns; s += 32) m = fmaxf(m, ws_lse[lrow + s]);
+    /* weights: warp per (head, part) */
+    for (int job = warp; job < 2 * r; job += WARPS) {
+        const int j = job >> 1, part = job & 1;
+        const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
+        const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
+        float m = neg_inf();
+        for (int s = lane; s < n; s += 32) m = fmaxf(m, ws_lse[row + s]);
 #pragma unroll
-            for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-            float L = 0.f;
-            for (int s = lane; s < ns; s += 32) {
-                const float w = m == neg_inf() ? 0.f : ex2(ws_lse[lrow + s] - m);
-                if (s < MAX_SPLITS) wgt[part][s] = w;
-                L += w;
-            }
+        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+        float L = 0.f;
+        for (int s = lane; s < n; s += 32) {
+            const float w = m == neg_inf() ? 0.f : ex2(ws_lse[row + s] - m);
+            if (s < MAX_SPLITS) wgt[part][j][s] = w;
+            L += w;
+        }
 #pragma unroll
-            for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
-            __syncwarp();
-            for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) wgt[part][s] = L > 0.f ? wgt[part][s] / L : 0.f;
-            if (lane == 0) lse_part[part] = L > 0.f ? m + __log2f(L) : neg_inf();
-        }
-        __syncthreads();
-        /* the INT2 part in the rotated space, one dim per thread */
-        if (t < D)
-            o_int2[t] = lse_part[0] != neg_inf()
-                            ? weighted_split_sum<16>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
-                            : 0.f;
-        __syncthreads();
-        /* o[n] = sum_d o_int2[d] * R_v[n][d]: lane q of dim n takes half the row */
-        float x;
-        if (R) {
-            x = 0.f;
+        for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+        __syncwarp();
+        for (int s = lane; s < n && s < MAX_SPLITS; s += 32) wgt[part][j][s] = L > 0.f ? wgt[part][j][s] / L : 0.f;
+        if (lane == 0) lse_part[j][part] = L > 0.f ? m + __log2f(L) : neg_inf();
+    }
+    __syncthreads();
+    /* the INT2 part of every head, in the rotated space; an empty split
+       (weight 0) may hold stale values, NaN included: selected away */
+    for (int i = threadIdx.x; i < r * D; i += THREADS) {
+        const int j = i / D, d = i % D;
+        const float *src = ws_o + (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits * D + d;
+        float o = 0.f;
+        if (lse_part[j][0] != neg_inf())
+            o = weighted_split_sum<16>(src, wgt[0][j], p.int2_splits, D);
+        o_int2[j * PAD + d + d / 32] = o;
+    }
+    __syncthreads();
+    /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
+       take R's row n in PER-float pieces and serve every head of the group */
+    float x[HEADS]; /* HEADS (4, 8, 16) >= r: v5 unrolled 16 heads, predicated, at every ratio */
 #pragma unroll
-            for (int d4 = 0; d4 < PER / 4; d4++) {
-                const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
-                const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[q * PER + 4 * d4]);
-                x = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x))));
-            }
-            x += __shfl_xor_sync(0xffffffffu, x, 1);
-        } else {
-            x = o_int2[n];
+    for (int j = 0; j < HEADS; j++) x[j] = 0.f;
+    if (R) {
+#pragma unroll
+        for (int d4 = 0; d4 < PER / 4; d4++) {
+            const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
+            const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
+#pragma unroll
+            for (int j = 0; j < HEADS; j++)
+                if (j < r)
+                    x[j] = fmaf(o_int2[j * PAD + o0], rv.x,
+                                fmaf(o_int2[j * PAD + o0 + 1], rv.y,
+                                     fmaf(o_int2[j * PAD + o0 + 2], rv.z, fmaf(o_int2[j * PAD + o0 + 3], rv.w, x[j]))));
         }
-        if (q == 0) {
-            const float l1 = lse_part[0], l2 = lse_part[1];
-            const float m = fmaxf(l1, l2);
-            const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
-            float win = 0.f;
-            if (w2 > 0.f)
-                win = weighted_split_sum<8>(ws_o + (hrow * splits + p.int2_splits) * D + n, wgt[1], p.win_splits, D);
-            u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-            o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
-            if (n == 0 && p.lse) {
-                const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
-                reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
-            }
+#pragma unroll
+        for (int j = 0; j < HEADS; j++)
+#pragma unroll
+            for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
+    } else {
+#pragma unroll
+        for (int j = 0; j < HEADS; j++)
+            if (j < r) x[j] = o_int2[j * PAD + n + n / 32];
+    }
+    /* lane q of dim n finishes heads q, q + Q, ... */
+#pragma unroll
+    for (int j = 0; j < HEADS; j++) {
+        if (j >= r) break;
+        if (j % Q != q) continue;
+        const float l1 = lse_part[j][0], l2 = lse_part[j][1];
+        const float m = fmaxf(l1, l2);
+        const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+        float win = 0.f;
+        if (w2 > 0.f) {
+            const float *src = ws_o + ((static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + p.int2_splits) * D + n;
+            win = weighted_split_sum<8>(src, wgt[1][j], p.win_splits, D);
         }
-        __syncthreads(); /* o_int2, wgt and lse_part are the next head's */
+        u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + (kvh * r + j) * p.o_head_stride;
+        o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+        if (n == 0 && p.lse) {
+            const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+            reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
+                p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+        }
     }
 }
 

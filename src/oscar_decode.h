@@ -366,15 +366,8 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     if (st == OSCAR_OK && plan->has_window)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
                               OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
-    if (st == OSCAR_OK) {
-        /* merge: one CTA per query head when they all fit in one wave (batch 1
-           latency), else one per KV head doing its group (R_v read once per
-           group); the kernel takes its heads per CTA from the grid */
-        const unsigned sms = OSCAR__CAST(unsigned, ctx->num_sms > 0 ? ctx->num_sms : 132);
-        const unsigned Hq = OSCAR__CAST(unsigned, plan->num_q_heads);
-        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, B * Hq <= sms ? Hq : Hkv, 1,
-                              2 * OSCAR__CAST(unsigned, plan->head_dim), 0, stream, &p, 1);
-    }
+    if (st == OSCAR_OK)
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 512, 0, stream, &p, 1);
     return st;
 }
 
