@@ -806,15 +806,30 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
                 }
             }
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const bool valid = t0 + sub * 16 + g + 8 * half < end;
+            for (int half = 0; half < 2; half++)
 #pragma unroll
-                for (int j = 0; j < HS; j++) {
-                    float x = fmaf(sv[half][j], qinv[j], smn[half][j]);
-                    if (capped) x = cap_log2 * tanh_approx(x);
-                    s[sub][j][half] = valid ? x : neg_inf();
+                for (int j = 0; j < HS; j++) s[sub][j][half] = fmaf(sv[half][j], qinv[j], smn[half][j]);
+        }
+        /* soft-cap and the mask of tokens past the split's end behind
+           warp-uniform branches: predicated, they took issue slots on every
+           tile (4 MUFU + 4 FMUL, 4 ISETP + 4 FSEL at 4 heads) */
+        if (__builtin_expect(capped, 0)) {
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                for (int j = 0; j < HS; j++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) s[sub][j][half] = cap_log2 * tanh_approx(s[sub][j][half]);
+        }
+        if (__builtin_expect(t0 + TOK > end, 0)) {
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const bool valid = t0 + sub * 16 + g + 8 * half < end;
+#pragma unroll
+                    for (int j = 0; j < HS; j++) s[sub][j][half] = valid ? s[sub][j][half] : neg_inf();
                 }
-            }
         }
 
         /* ---- online softmax, lazily rescaled (softmax_rescale's rule). A
