@@ -1285,6 +1285,100 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     }
 }
 
+/* merge, one CTA per query head (v7, used when batch x q heads fits in one
+   wave: the plan picks it at batch 1-4 with 32 heads on 132 SMs). Grid
+   (batch, q heads), 2 * D threads; two lanes per output dim n each take half
+   of R_v's row n (loaded before the wait). decode_merge_kernel above, one CTA
+   per KV head doing its group, is ~1500 instructions per warp on 8 SMs at
+   batch 1 (9.6-10.4 us alone at 1 x 8K); this kernel took 1 x 8K from 30.1 to
+   25.2 us (3b3f256, where it served every batch: at large batch it re-reads
+   R_v per head, 128 x 4K 230 -> 314 us -- hence both kernels). */
+template <int D>
+__global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int THREADS = 2 * D, MAX_SPLITS = 128; /* the plan never makes more */
+    constexpr int PER = D / 2;                       /* floats of R's row per lane */
+    constexpr bool PREFETCH = PER <= 64;             /* R in registers up to D 128 */
+    __shared__ __align__(16) float o_int2[D];
+    __shared__ float lse_part[2];
+    __shared__ float wgt[2][MAX_SPLITS]; /* normalised weight of each split */
+    static_assert(THREADS <= 512, "merge tiling");
+    pdl_launch_next();
+    const int b = blockIdx.x, hpc = p.num_q_heads / static_cast<int>(gridDim.y), t = threadIdx.x;
+    const int splits = p.int2_splits + p.win_splits;
+    const int warp = t >> 5, lane = t & 31;
+    const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    const float *R = reinterpret_cast<const float *>(p.rot_v);
+    const int n = t >> 1, q = t & 1;
+    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
+    float4 rrow[PREFETCH ? PER / 4 : 1];
+    if (PREFETCH && R)
+#pragma unroll
+        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
+    pdl_wait();
+    for (int hh = 0; hh < hpc; hh++) {
+        const int h = blockIdx.y * hpc + hh;
+        const i64 hrow = static_cast<i64>(b) * p.num_q_heads + h;
+        /* weights: warp 0 the INT2 splits, warp 1 the window splits */
+        if (warp < 2) {
+            const int part = warp;
+            const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
+            const i64 lrow = hrow * splits + s0;
+            float m = neg_inf();
+            for (int s = lane; s < ns; s += 32) m = fmaxf(m, ws_lse[lrow + s]);
+#pragma unroll
+            for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+            float L = 0.f;
+            for (int s = lane; s < ns; s += 32) {
+                const float w = m == neg_inf() ? 0.f : ex2(ws_lse[lrow + s] - m);
+                if (s < MAX_SPLITS) wgt[part][s] = w;
+                L += w;
+            }
+#pragma unroll
+            for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+            __syncwarp();
+            for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) wgt[part][s] = L > 0.f ? wgt[part][s] / L : 0.f;
+            if (lane == 0) lse_part[part] = L > 0.f ? m + __log2f(L) : neg_inf();
+        }
+        __syncthreads();
+        /* the INT2 part in the rotated space, one dim per thread */
+        if (t < D)
+            o_int2[t] = lse_part[0] != neg_inf()
+                            ? weighted_split_sum<16>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
+                            : 0.f;
+        __syncthreads();
+        /* o[n] = sum_d o_int2[d] * R_v[n][d]: lane q of dim n takes half the row */
+        float x;
+        if (R) {
+            x = 0.f;
+#pragma unroll
+            for (int d4 = 0; d4 < PER / 4; d4++) {
+                const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
+                const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[q * PER + 4 * d4]);
+                x = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x))));
+            }
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+        } else {
+            x = o_int2[n];
+        }
+        if (q == 0) {
+            const float l1 = lse_part[0], l2 = lse_part[1];
+            const float m = fmaxf(l1, l2);
+            const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+            float win = 0.f;
+            if (w2 > 0.f)
+                win = weighted_split_sum<8>(ws_o + (hrow * splits + p.int2_splits) * D + n, wgt[1], p.win_splits, D);
+            u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+            o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+            if (n == 0 && p.lse) {
+                const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+                reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+            }
+        }
+        __syncthreads(); /* o_int2, wgt and lse_part are the next head's */
+    }
+}
+
 }  // namespace oscar
 
 #endif  // OSCAR_K_DECODE_CUH
