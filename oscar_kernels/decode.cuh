@@ -71,11 +71,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ u32 hfma2_bf16(u32 a, u32 b, u32 c) {
-    u32 d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 /* {lo, hi} floats -> packed 16-bit pair of DTYPE */
 template <int DTYPE>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -190,17 +185,11 @@ __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u
    the offset with an HFMA2 (and shifted quarter 3 down first): 64 HFMA2 +
    16 SHF more per 32-token tile. */
 constexpr int PV_W_SHIFT = 64;
-template <int k>
-__device__ __forceinline__ u32 code_pair_bf16(u32 r) {
-    return r & (0x00030003u << (2 * k));
-}
+__device__ __forceinline__ u32 code_pair(u32 r, int k) { return r & (0x00030003u << (2 * k)); }
+/* 2^PV_W_SHIFT, the weights' factor */
+__device__ __forceinline__ float pv_weight_factor() { return __int_as_float((127 + PV_W_SHIFT) << 23); }
 /* 2^(133 - PV_W_SHIFT) / 4^k, exactly */
 __device__ __forceinline__ float pv_out_factor(int k) { return __int_as_float((127 + 133 - PV_W_SHIFT - 2 * k) << 23); }
-
-/* code_pair_bf16<k> for a quarter k known after unrolling */
-__device__ __forceinline__ u32 code_pair(u32 r, int k) {
-    return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
-}
 
 /* The four PV A-fragment registers of m-tile mt from a lane's ldmatrix.trans
    registers r (see int2_map::v_dim for which dims they hold). D >= 128:
@@ -578,7 +567,7 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    accumulators are exact and one IMAD + one I2F per digit pair rebuild the
    dot product.
    PV on bf16 mma: V codes as exact bf16 values (v7: one AND per pair, see
-   code_pair_bf16), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
+   code_pair), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
@@ -894,7 +883,7 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
                 float sc[2], mn[2];
                 affine(vsb, sub * 16 + g, grp, sc[0], mn[0]);
                 affine(vsb, sub * 16 + g + 8, grp, sc[1], mn[1]);
-                sc[0] *= __int_as_float((127 + PV_W_SHIFT) << 23), sc[1] *= __int_as_float((127 + PV_W_SHIFT) << 23);
+                sc[0] *= pv_weight_factor(), sc[1] *= pv_weight_factor();
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     if constexpr (PACK) {
@@ -1159,6 +1148,27 @@ namespace detail {
    (in-order issue stalls at each FMA on its load): 15 L2 round trips at
    31 splits, about half of the merge's 13.6 us at batch 1 (ncu, v6). An
    empty split (weight 0) may hold stale values, NaN included: selected away. */
+/* One warp: the normalised weights w[s] = 2^(lse[s] - max) / sum of ns
+   splits (all 0 when every split is empty) and, from lane 0, the combined
+   lse (base 2) of the part. */
+template <int MAX_SPLITS>
+__device__ __forceinline__ void split_weights(const float *lse, int ns, float *w, float *lse_out, int lane) {
+    float m = neg_inf();
+    for (int s = lane; s < ns; s += 32) m = fmaxf(m, lse[s]);
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    float L = 0.f;
+    for (int s = lane; s < ns; s += 32) {
+        const float e = m == neg_inf() ? 0.f : ex2(lse[s] - m);
+        if (s < MAX_SPLITS) w[s] = e;
+        L += e;
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+    __syncwarp();
+    for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) w[s] = L > 0.f ? w[s] / L : 0.f;
+    if (lane == 0) *lse_out = L > 0.f ? m + __log2f(L) : neg_inf();
+}
 template <int CHUNK>
 __device__ __forceinline__ float weighted_split_sum(const float *src, const float *w, int n, int stride) {
     float acc = 0.f;
@@ -1208,21 +1218,7 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
         const int j = job >> 1, part = job & 1;
         const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
         const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
-        float m = neg_inf();
-        for (int s = lane; s < n; s += 32) m = fmaxf(m, ws_lse[row + s]);
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-        float L = 0.f;
-        for (int s = lane; s < n; s += 32) {
-            const float w = m == neg_inf() ? 0.f : ex2(ws_lse[row + s] - m);
-            if (s < MAX_SPLITS) wgt[part][j][s] = w;
-            L += w;
-        }
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
-        __syncwarp();
-        for (int s = lane; s < n && s < MAX_SPLITS; s += 32) wgt[part][j][s] = L > 0.f ? wgt[part][j][s] / L : 0.f;
-        if (lane == 0) lse_part[j][part] = L > 0.f ? m + __log2f(L) : neg_inf();
+        split_weights<MAX_SPLITS>(ws_lse + row, n, wgt[part][j], &lse_part[j][part], lane);
     }
     __syncthreads();
     /* the INT2 part of every head, in the rotated space; an empty split
@@ -1323,22 +1319,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
         if (warp < 2) {
             const int part = warp;
             const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
-            const i64 lrow = hrow * splits + s0;
-            float m = neg_inf();
-            for (int s = lane; s < ns; s += 32) m = fmaxf(m, ws_lse[lrow + s]);
-#pragma unroll
-            for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-            float L = 0.f;
-            for (int s = lane; s < ns; s += 32) {
-                const float w = m == neg_inf() ? 0.f : ex2(ws_lse[lrow + s] - m);
-                if (s < MAX_SPLITS) wgt[part][s] = w;
-                L += w;
-            }
-#pragma unroll
-            for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
-            __syncwarp();
-            for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) wgt[part][s] = L > 0.f ? wgt[part][s] / L : 0.f;
-            if (lane == 0) lse_part[part] = L > 0.f ? m + __log2f(L) : neg_inf();
+            split_weights<MAX_SPLITS>(ws_lse + hrow * splits + s0, ns, wgt[part], &lse_part[part], lane);
         }
         __syncthreads();
         /* the INT2 part in the rotated space, one dim per thread */
