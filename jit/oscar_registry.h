@@ -92,7 +92,8 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
                  oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
         break;
-    default: snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d>", head_dim, oscar__int2_heads(group_ratio)); break;
+    case 3: snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d>", head_dim, oscar__int2_heads(group_ratio)); break;
+    default: snprintf(out, cap, "oscar::decode_merge_head_kernel<%d>", head_dim); break;
     }
 }
 /* merge_states: one warp per row, rows_per_cta warps per CTA (the tunable
@@ -135,6 +136,8 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
             oscar__name_decode(name, sizeof name, 3, hd, hd, 1, nh, 0, 0);
             oscar__registry_add("decode.cuh", "%s", name);
         }
+        oscar__name_decode(name, sizeof name, 4, hd, hd, 1, 1, 0, 0);
+        oscar__registry_add("decode.cuh", "%s", name);
         for (nh = 1; nh <= 2; nh++)
             for (dt = 0; dt < 2; dt++) {
                 oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16, 0);

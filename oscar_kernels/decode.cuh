@@ -71,11 +71,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ u32 hfma2_bf16(u32 a, u32 b, u32 c) {
-    u32 d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 /* {lo, hi} floats -> packed 16-bit pair of DTYPE */
 template <int DTYPE>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -190,17 +185,11 @@ __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u
    the offset with an HFMA2 (and shifted quarter 3 down first): 64 HFMA2 +
    16 SHF more per 32-token tile. */
 constexpr int PV_W_SHIFT = 64;
-template <int k>
-__device__ __forceinline__ u32 code_pair_bf16(u32 r) {
-    return r & (0x00030003u << (2 * k));
-}
+__device__ __forceinline__ u32 code_pair(u32 r, int k) { return r & (0x00030003u << (2 * k)); }
+/* 2^PV_W_SHIFT, the weights' factor */
+__device__ __forceinline__ float pv_weight_factor() { return __int_as_float((127 + PV_W_SHIFT) << 23); }
 /* 2^(133 - PV_W_SHIFT) / 4^k, exactly */
 __device__ __forceinline__ float pv_out_factor(int k) { return __int_as_float((127 + 133 - PV_W_SHIFT - 2 * k) << 23); }
-
-/* code_pair_bf16<k> for a quarter k known after unrolling */
-__device__ __forceinline__ u32 code_pair(u32 r, int k) {
-    return k == 0 ? code_pair_bf16<0>(r) : k == 1 ? code_pair_bf16<1>(r) : k == 2 ? code_pair_bf16<2>(r) : code_pair_bf16<3>(r);
-}
 
 /* The four PV A-fragment registers of m-tile mt from a lane's ldmatrix.trans
    registers r (see int2_map::v_dim for which dims they hold). D >= 128:
@@ -578,7 +567,7 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
    accumulators are exact and one IMAD + one I2F per digit pair rebuild the
    dot product.
    PV on bf16 mma: V codes as exact bf16 values (v7: one AND per pair, see
-   code_pair_bf16), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
+   code_pair), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
@@ -806,15 +795,30 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
                 }
             }
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const bool valid = t0 + sub * 16 + g + 8 * half < end;
+            for (int half = 0; half < 2; half++)
 #pragma unroll
-                for (int j = 0; j < HS; j++) {
-                    float x = fmaf(sv[half][j], qinv[j], smn[half][j]);
-                    if (capped) x = cap_log2 * tanh_approx(x);
-                    s[sub][j][half] = valid ? x : neg_inf();
+                for (int j = 0; j < HS; j++) s[sub][j][half] = fmaf(sv[half][j], qinv[j], smn[half][j]);
+        }
+        /* soft-cap and the mask of tokens past the split's end behind
+           warp-uniform branches: predicated, they took issue slots on every
+           tile (4 MUFU + 4 FMUL, 4 ISETP + 4 FSEL at 4 heads) */
+        if (__builtin_expect(capped, 0)) {
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                for (int j = 0; j < HS; j++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) s[sub][j][half] = cap_log2 * tanh_approx(s[sub][j][half]);
+        }
+        if (__builtin_expect(t0 + TOK > end, 0)) {
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const bool valid = t0 + sub * 16 + g + 8 * half < end;
+#pragma unroll
+                    for (int j = 0; j < HS; j++) s[sub][j][half] = valid ? s[sub][j][half] : neg_inf();
                 }
-            }
         }
 
         /* ---- online softmax, lazily rescaled (softmax_rescale's rule). A
@@ -879,7 +883,7 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
                 float sc[2], mn[2];
                 affine(vsb, sub * 16 + g, grp, sc[0], mn[0]);
                 affine(vsb, sub * 16 + g + 8, grp, sc[1], mn[1]);
-                sc[0] *= __int_as_float((127 + PV_W_SHIFT) << 23), sc[1] *= __int_as_float((127 + PV_W_SHIFT) << 23);
+                sc[0] *= pv_weight_factor(), sc[1] *= pv_weight_factor();
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     if constexpr (PACK) {
@@ -1144,6 +1148,27 @@ namespace detail {
    (in-order issue stalls at each FMA on its load): 15 L2 round trips at
    31 splits, about half of the merge's 13.6 us at batch 1 (ncu, v6). An
    empty split (weight 0) may hold stale values, NaN included: selected away. */
+/* One warp: the normalised weights w[s] = 2^(lse[s] - max) / sum of ns
+   splits (all 0 when every split is empty) and, from lane 0, the combined
+   lse (base 2) of the part. */
+template <int MAX_SPLITS>
+__device__ __forceinline__ void split_weights(const float *lse, int ns, float *w, float *lse_out, int lane) {
+    float m = neg_inf();
+    for (int s = lane; s < ns; s += 32) m = fmaxf(m, lse[s]);
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    float L = 0.f;
+    for (int s = lane; s < ns; s += 32) {
+        const float e = m == neg_inf() ? 0.f : ex2(lse[s] - m);
+        if (s < MAX_SPLITS) w[s] = e;
+        L += e;
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+    __syncwarp();
+    for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) w[s] = L > 0.f ? w[s] / L : 0.f;
+    if (lane == 0) *lse_out = L > 0.f ? m + __log2f(L) : neg_inf();
+}
 template <int CHUNK>
 __device__ __forceinline__ float weighted_split_sum(const float *src, const float *w, int n, int stride) {
     float acc = 0.f;
@@ -1193,21 +1218,7 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
         const int j = job >> 1, part = job & 1;
         const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
         const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
-        float m = neg_inf();
-        for (int s = lane; s < n; s += 32) m = fmaxf(m, ws_lse[row + s]);
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-        float L = 0.f;
-        for (int s = lane; s < n; s += 32) {
-            const float w = m == neg_inf() ? 0.f : ex2(ws_lse[row + s] - m);
-            if (s < MAX_SPLITS) wgt[part][j][s] = w;
-            L += w;
-        }
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
-        __syncwarp();
-        for (int s = lane; s < n && s < MAX_SPLITS; s += 32) wgt[part][j][s] = L > 0.f ? wgt[part][j][s] / L : 0.f;
-        if (lane == 0) lse_part[j][part] = L > 0.f ? m + __log2f(L) : neg_inf();
+        split_weights<MAX_SPLITS>(ws_lse + row, n, wgt[part][j], &lse_part[j][part], lane);
     }
     __syncthreads();
     /* the INT2 part of every head, in the rotated space; an empty split
@@ -1267,6 +1278,85 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
             reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
                 p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
         }
+    }
+}
+
+/* merge, one CTA per query head (v7, used when batch x q heads fits in one
+   wave: the plan picks it at batch 1-4 with 32 heads on 132 SMs). Grid
+   (batch, q heads), 2 * D threads; two lanes per output dim n each take half
+   of R_v's row n (loaded before the wait). decode_merge_kernel above, one CTA
+   per KV head doing its group, is ~1500 instructions per warp on 8 SMs at
+   batch 1 (9.6-10.4 us alone at 1 x 8K); this kernel took 1 x 8K from 30.1 to
+   25.2 us (3b3f256, where it served every batch: at large batch it re-reads
+   R_v per head, 128 x 4K 230 -> 314 us -- hence both kernels). */
+template <int D>
+__global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_constant__ oscar_decode_params p) {
+    using namespace detail;
+    constexpr int THREADS = 2 * D, MAX_SPLITS = 128; /* the plan never makes more */
+    constexpr int PER = D / 2;                       /* floats of R's row per lane */
+    constexpr bool PREFETCH = PER <= 64;             /* R in registers up to D 128 */
+    __shared__ __align__(16) float o_int2[D];
+    __shared__ float lse_part[2];
+    __shared__ float wgt[2][MAX_SPLITS]; /* normalised weight of each split */
+    static_assert(THREADS <= 512, "merge tiling");
+    pdl_launch_next();
+    const int b = blockIdx.x, hpc = p.num_q_heads / static_cast<int>(gridDim.y), t = threadIdx.x;
+    const int splits = p.int2_splits + p.win_splits;
+    const int warp = t >> 5, lane = t & 31;
+    const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    const float *R = reinterpret_cast<const float *>(p.rot_v);
+    const int n = t >> 1, q = t & 1;
+    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
+    float4 rrow[PREFETCH ? PER / 4 : 1];
+    if (PREFETCH && R)
+#pragma unroll
+        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
+    pdl_wait();
+    for (int hh = 0; hh < hpc; hh++) {
+        const int h = blockIdx.y * hpc + hh;
+        const i64 hrow = static_cast<i64>(b) * p.num_q_heads + h;
+        /* weights: warp 0 the INT2 splits, warp 1 the window splits */
+        if (warp < 2) {
+            const int part = warp;
+            const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
+            split_weights<MAX_SPLITS>(ws_lse + hrow * splits + s0, ns, wgt[part], &lse_part[part], lane);
+        }
+        __syncthreads();
+        /* the INT2 part in the rotated space, one dim per thread */
+        if (t < D)
+            o_int2[t] = lse_part[0] != neg_inf()
+                            ? weighted_split_sum<16>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
+                            : 0.f;
+        __syncthreads();
+        /* o[n] = sum_d o_int2[d] * R_v[n][d]: lane q of dim n takes half the row */
+        float x;
+        if (R) {
+            x = 0.f;
+#pragma unroll
+            for (int d4 = 0; d4 < PER / 4; d4++) {
+                const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
+                const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[q * PER + 4 * d4]);
+                x = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x))));
+            }
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+        } else {
+            x = o_int2[n];
+        }
+        if (q == 0) {
+            const float l1 = lse_part[0], l2 = lse_part[1];
+            const float m = fmaxf(l1, l2);
+            const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+            float win = 0.f;
+            if (w2 > 0.f)
+                win = weighted_split_sum<8>(ws_o + (hrow * splits + p.int2_splits) * D + n, wgt[1], p.win_splits, D);
+            u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+            o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+            if (n == 0 && p.lse) {
+                const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+                reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+            }
+        }
+        __syncthreads(); /* o_int2, wgt and lse_part are the next head's */
     }
 }
 

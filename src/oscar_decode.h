@@ -83,6 +83,15 @@ OSCAR__PRIVATE void oscar__window_validate(oscar__validator *v, const oscar_wind
    pipeline fill, the combine). v1-v3 aimed at 4 CTAs per SM in all, which
    put 32 x 32K at 768 CTAs = 1.16 waves of the 5-per-SM PACK kernel. Each
    split keeps >= 256 tokens; at most 128 splits. */
+/* The merge kernel a plan uses: one CTA per query head (decode_merge_head_kernel)
+   when batch x q heads fits in one wave of CTAs, else one per KV head doing its
+   group (decode_merge_kernel, which reads R_v once per group). Decided from the
+   plan alone, so plan (which compiles it) and run (which launches it) agree. */
+OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+    const int64_t sms = ctx->num_sms > 0 ? ctx->num_sms : 132;
+    return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= sms;
+}
+
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t per_sm = 4, slots, s, cap, best = 1;
@@ -215,8 +224,8 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || (i == 2 && pl.int2_splits == 0)) continue;
-            oscar__name_decode(name, sizeof name, i, pl.head_dim, pl.group_size, pl.page_size, ratio, pl.window_dtype,
-                               OSCAR__CAST(int, pl.scale_layout));
+            oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
+                               pl.group_size, pl.page_size, ratio, pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
@@ -366,8 +375,14 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     if (st == OSCAR_OK && plan->has_window)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
                               OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
-    if (st == OSCAR_OK)
-        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 512, 0, stream, &p, 1);
+    if (st == OSCAR_OK) {
+        if (oscar__decode_merge_per_head(ctx, plan))
+            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B,
+                                  OSCAR__CAST(unsigned, plan->num_q_heads), 1, 2 * OSCAR__CAST(unsigned, plan->head_dim), 0,
+                                  stream, &p, 1);
+        else
+            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 512, 0, stream, &p, 1);
+    }
     return st;
 }
 
