@@ -422,8 +422,12 @@ __device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, 
 /* Queries, once per step: q scaled so logits come out in base 2 (for the   */
 /* window tier), and q' = q @ R_k for the INT2 tier, as the INT2 kernel's   */
 /* IMMA B fragments, with the per-group sums it adds for the group minima.  */
-/* Grid (batch, kv heads), 256 threads; R_k goes through shared memory in   */
-/* row chunks of 64 KB, loaded with every load in flight at once.           */
+/* Grid (ceil(batch / (PREP_ROWS / ratio)), kv heads), 256 threads: a CTA   */
+/* takes PREP_ROWS / ratio requests of one KV head (v8; v2-v7: one request  */
+/* per CTA, so every CTA read all of R_k -- 64 KB from L2 per request and   */
+/* KV head, 24.5 us at 128 x 4K). R_k goes through shared memory in row     */
+/* chunks of 64 KB (the whole matrix up to D 128), every load in flight at  */
+/* once.                                                                    */
 /* q' as integers: per head h, S_h = 2^(23 - E_h) with max_d |q'_hd| < 2^E_h,
    Q_hd = rint(q'_hd * S_h) (|Q| <= 2^23: q' to 24 bits of its head's largest
    element -- f32-like logits); for a dim in quarter k the kernel's A operand
@@ -432,37 +436,69 @@ __device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, 
    M = d0 + 2^8 d1 + 2^16 d2 + 2^24 d3, one digit per B column:
    column n of QK n-tile nt = head n / 2 + 4 (nt / 2), digit 2 (nt % 2) + n % 2,
    so each lane's accumulators hold all four digits of its head (c + 4 j). */
+namespace detail {
+/* acc[j] += sum over this thread's rows d of the chunk of q[j][row0 + d] * R[row0 + d][n]
+   for the rows j < 4 NJ (q transposed in shared memory: one 16-byte load
+   serves four rows), d in the order part, part + PARTS, ... (the order of
+   every version: q' is bitwise the same) */
+template <int NJ, int D, int QR, int CHUNK_ROWS, int PARTS>
+__device__ __forceinline__ void prep_matvec(const float *rs, const float (*qt)[QR], int row0, int part, int n,
+                                            float (&acc)[QR]) {
+#pragma unroll 4
+    for (int d = part; d < CHUNK_ROWS; d += PARTS) {
+        const float rv = rs[d * D + n];
+#pragma unroll
+        for (int jc = 0; jc < NJ; jc++) {
+            const float4 q4 = reinterpret_cast<const float4 *>(qt[row0 + d])[jc];
+            acc[4 * jc + 0] = fmaf(q4.x, rv, acc[4 * jc + 0]);
+            acc[4 * jc + 1] = fmaf(q4.y, rv, acc[4 * jc + 1]);
+            acc[4 * jc + 2] = fmaf(q4.z, rv, acc[4 * jc + 2]);
+            acc[4 * jc + 3] = fmaf(q4.w, rv, acc[4 * jc + 3]);
+        }
+    }
+}
+}  // namespace detail
+
 template <int HEAD_DIM, int GROUP_SIZE, int HEADS>
-__global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
-    constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, THREADS = 256;
+    constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, THREADS = 256, WARPS = THREADS / 32;
+    constexpr int QR = OSCAR_K_PREP_ROWS;                  /* q rows (request, head) per CTA */
     constexpr int PARTS = THREADS / D;                     /* threads per output column */
     constexpr int CHUNK_ROWS = (16384 / D) < D ? 16384 / D : D; /* 64 KB of f32 rows */
+    constexpr int NT = HEADS / 2, KSI = D / 32, FR = NT * KSI * 32; /* fragments per request */
     using MAP = int2_map<D>;
     using QW = q_workspace<D, HEADS>;
     extern __shared__ __align__(16) u8 smem[];
     float *rs = reinterpret_cast<float *>(smem);           /* [CHUNK_ROWS][D] */
-    __shared__ float qs[HEADS][D];
-    __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][HEADS][D];
-    __shared__ int exps[HEADS];
+    __shared__ __align__(16) float qt[D][QR];              /* q rows, transposed */
+    __shared__ float qs[QR][D];                            /* q', then Q */
+    __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][PARTS > 1 ? QR : 1][D];
+    __shared__ int exps[QR];
     pdl_launch_next();
-    const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio, t = threadIdx.x;
+    const int r = p.group_ratio, nb = QR / r, kvh = blockIdx.y, t = threadIdx.x;
+    const int b0 = blockIdx.x * nb, rows = min(nb, p.batch_size - b0) * r, nreq = rows / r;
+    const int nj = (rows + 3) / 4; /* 16-byte column groups of qt in use */
     const float *R = reinterpret_cast<const float *>(p.rot_k);
     constexpr int F4 = CHUNK_ROWS * D / 4 / THREADS; /* float4 loads per thread and chunk */
     /* R_k's first chunk is loaded before the wait: a constant input (q is
        not: the kernel before this one may still be writing it) */
-    float4 v[F4];
-    if (R)
+    float4 v[F4]; /* zeros without R: an undefined value here cost a stack slot */
 #pragma unroll
-        for (int u = 0; u < F4; u++) v[u] = reinterpret_cast<const float4 *>(R)[t + u * THREADS];
+    for (int u = 0; u < F4; u++) v[u] = R ? reinterpret_cast<const float4 *>(R)[t + u * THREADS] : make_float4(0.f, 0.f, 0.f, 0.f);
     pdl_wait(); /* the previous step's merge may still read this workspace */
-    for (int i = t; i < r * D; i += THREADS) qs[i / D][i % D] = q_scaled(p, b, kvh * r + i / D, i % D);
+    /* row j = request b0 + j / r, head j % r of the group; rows up to 4 nj are
+       zero (they run through the matvec's last column group) */
+    for (int i = t; i < 4 * nj * D; i += THREADS) {
+        const int j = i / D, d = i % D;
+        qt[d][j] = j < rows ? q_scaled(p, b0 + j / r, kvh * r + j % r, d) : 0.f;
+    }
     __syncthreads();
     const int n = t % D, part = t / D;
-    float acc[HEADS]; /* loops run to HEADS, not 16: r <= HEADS (v5 ran 16 predicated FMAs per step) */
-#pragma unroll
-    for (int j = 0; j < HEADS; j++) acc[j] = 0.f;
     if (R) {
+        float acc[QR];
+#pragma unroll
+        for (int j = 0; j < QR; j++) acc[j] = 0.f;
         for (int row0 = 0; row0 < D; row0 += CHUNK_ROWS) {
             if (row0 > 0)
 #pragma unroll
@@ -471,56 +507,53 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
 #pragma unroll
             for (int u = 0; u < F4; u++) reinterpret_cast<float4 *>(rs)[t + u * THREADS] = v[u];
             __syncthreads();
-#pragma unroll 8
-            for (int d = part; d < CHUNK_ROWS; d += PARTS) {
-                const float rv = rs[d * D + n];
-#pragma unroll
-                for (int j = 0; j < HEADS; j++)
-                    if (j < r) acc[j] = fmaf(qs[j][row0 + d], rv, acc[j]);
-            }
+            /* the loop nest per count of column groups: rows are a run-time count */
+            if (nj == 1)
+                prep_matvec<1, D, QR, CHUNK_ROWS, PARTS>(rs, qt, row0, part, n, acc);
+            else if (nj == 2)
+                prep_matvec<2, D, QR, CHUNK_ROWS, PARTS>(rs, qt, row0, part, n, acc);
+            else if (nj == 3)
+                prep_matvec<3, D, QR, CHUNK_ROWS, PARTS>(rs, qt, row0, part, n, acc);
+            else
+                prep_matvec<4, D, QR, CHUNK_ROWS, PARTS>(rs, qt, row0, part, n, acc);
             __syncthreads();
         }
         if (part > 0)
 #pragma unroll
-            for (int j = 0; j < HEADS; j++)
-                if (j < r) part_sum[part - 1][j][n] = acc[j];
+            for (int j = 0; j < QR; j++)
+                if (j < rows) part_sum[PARTS > 1 ? part - 1 : 0][PARTS > 1 ? j : 0][n] = acc[j];
         __syncthreads();
         if (part == 0)
 #pragma unroll
-            for (int j = 0; j < HEADS; j++) {
-                if (j >= r) break;
+            for (int j = 0; j < QR; j++) {
+                if (j >= rows) break;
                 float x = acc[j];
 #pragma unroll
-                for (int q = 1; q < PARTS; q++) x += part_sum[q - 1][j][n];
-                acc[j] = x;
+                for (int q = 1; q < PARTS; q++) x += part_sum[q - 1][PARTS > 1 ? j : 0][n];
+                qs[j][n] = x;
             }
-        __syncthreads();
-        if (part == 0)
-#pragma unroll
-            for (int j = 0; j < HEADS; j++)
-                if (j < r) qs[j][n] = acc[j]; /* qs now holds q' */
-        __syncthreads();
+    } else {
+        for (int i = t; i < rows * D; i += THREADS) qs[i / D][i % D] = qt[i % D][i / D];
     }
-    /* per head: E_h, then Q = rint(q' * S_h) in place (exact integers in f32) */
+    __syncthreads();
+    /* per row: E_h, then Q = rint(q' * S_h) in place (exact integers in f32) */
     const int lane = t & 31, warp = t / 32;
-    for (int h = warp; h < HEADS; h += THREADS / 32) {
+    for (int j = warp; j < rows; j += WARPS) {
         float amax = 0.f;
-        if (h < r)
-            for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(qs[h][d]));
+        for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(qs[j][d]));
 #pragma unroll
         for (int k = 16; k > 0; k >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
         int e = 0;
         frexpf(amax, &e); /* amax < 2^e (e = 0 for 0) */
         const float S = ldexpf(1.f, 23 - e);
-        if (h < r)
-            for (int d = lane; d < D; d += 32) qs[h][d] = rintf(qs[h][d] * S);
-        if (lane == 0) exps[h] = e;
+        for (int d = lane; d < D; d += 32) qs[j][d] = rintf(qs[j][d] * S);
+        if (lane == 0) exps[j] = e;
     }
     __syncthreads();
-    constexpr int NT = HEADS / 2, KSI = D / 32;
-    uint2 *frag = QW::frags(p, b, kvh);
-    for (int i = t; i < NT * KSI * 32; i += THREADS) {
-        const int nt = i / (KSI * 32), ks = (i / 32) % KSI, ln = i % 32, g = ln >> 2, c = ln & 3;
+    /* fragments of each request; heads h >= r of an instantiation's HEADS are zero */
+    for (int i = t; i < nreq * FR; i += THREADS) {
+        const int bb = i / FR, f = i % FR;
+        const int nt = f / (KSI * 32), ks = (f / 32) % KSI, ln = f % 32, g = ln >> 2, c = ln & 3;
         const int h = g / 2 + 4 * (nt / 2), digit = 2 * (nt % 2) + (g & 1);
         u32 w[2] = {0u, 0u};
         if (h < r)
@@ -530,27 +563,28 @@ __global__ void __launch_bounds__(256) decode_prep_kernel(const __grid_constant_
                 for (int e = 0; e < 4; e++) {
                     int quarter;
                     const int d = MAP::qk_dim(ks, 16 * reg + 4 * c + e, quarter);
-                    int m = static_cast<int>(qs[h][d]) * (1 << (2 * (3 - quarter)));
+                    int m = static_cast<int>(qs[bb * r + h][d]) * (1 << (2 * (3 - quarter)));
                     for (int k = 0; k < digit; k++) m = (m - static_cast<signed char>(m & 0xff)) / 256; /* exact */
                     const int dg = digit == 3 ? m : static_cast<signed char>(m & 0xff);
                     w[reg] |= static_cast<u32>(dg & 0xff) << (8 * e);
                 }
-        frag[i] = make_uint2(w[0], w[1]);
+        QW::frags(p, b0 + bb, kvh)[f] = make_uint2(w[0], w[1]);
     }
     /* sums of q' per (head, group) as the digits carry it, and 1 / (64 S_h);
-       a warp per (head, group): a single thread walking 128 dims was the
-       prep kernel's longest chain */
-    float *sums = QW::sums(p, b, kvh, G);
-    for (int i = warp; i < HEADS * G; i += THREADS / 32) {
-        const int h = i / G, grp = i % G;
+       a warp per (request, head, group): a single thread walking 128 dims was
+       the prep kernel's longest chain (heads h >= r: sums 0, E = 0) */
+    for (int i = warp; i < nreq * HEADS * G; i += WARPS) {
+        const int bb = i / (HEADS * G), hg = i % (HEADS * G), h = hg / G, grp = hg % G;
         double s = 0.0; /* integers: exact */
         if (h < r)
-            for (int d = grp * GROUP_SIZE + lane; d < (grp + 1) * GROUP_SIZE; d += 32) s += qs[h][d];
+            for (int d = grp * GROUP_SIZE + lane; d < (grp + 1) * GROUP_SIZE; d += 32) s += qs[bb * r + h][d];
 #pragma unroll
         for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
         if (lane == 0) {
-            sums[i] = static_cast<float>(ldexp(s, exps[h] - 23));
-            if (grp == 0) sums[HEADS * G + h] = ldexpf(1.f, exps[h] - 29);
+            const int e = h < r ? exps[bb * r + h] : 0;
+            float *sums = QW::sums(p, b0 + bb, kvh, G);
+            sums[hg] = static_cast<float>(ldexp(s, e - 23));
+            if (grp == 0) sums[HEADS * G + h] = ldexpf(1.f, e - 29);
         }
     }
 }
@@ -1187,21 +1221,29 @@ __device__ __forceinline__ float weighted_split_sum(const float *src, const floa
 }
 }  // namespace detail
 
-template <int D, int HEADS>
+/* ROWS (4, 8 or 16): the (request, head) rows one CTA merges -- ROWS / ratio
+   requests of one KV head (v8; v2-v7: one request, its group's heads, so at
+   large batch every CTA read all of R_v for 4 heads: 64 MB from L2 at
+   128 x 4K, 49.8 us). The plan takes 16 when batch x KV heads exceeds the
+   SMs, else the smallest of 4, 8, 16 that holds the group. */
+template <int D, int ROWS>
 __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
     constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
     constexpr int PAD = D + D / 32;             /* o_int2 row stride: the Q lanes of a dim hit Q banks */
     static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
-    __shared__ float o_int2[HEADS * PAD];
-    __shared__ float lse_part[HEADS][2];
-    __shared__ float wgt[2][HEADS][MAX_SPLITS]; /* normalised weight of each split */
+    __shared__ float o_int2[ROWS * PAD];
+    __shared__ float lse_part[ROWS][2];
+    __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
-    const int b = blockIdx.x, kvh = blockIdx.y, r = p.group_ratio;
+    const int r = p.group_ratio, nb = ROWS / r, kvh = blockIdx.y, b0 = blockIdx.x * nb;
+    const int rows = min(nb, p.batch_size - b0) * r;
     const int splits = p.int2_splits + p.win_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
+    /* row j: request b0 + j / r, q head kvh * r + j % r */
+    auto head_row = [&](int j) { return static_cast<i64>(b0 + j / r) * p.num_q_heads + kvh * r + j % r; };
     /* this lane's piece of R_v's row n, loaded before the wait (a constant
        input) where it fits in registers (D <= 128: 32 floats) */
     constexpr bool PREFETCH = PER <= 32;
@@ -1213,19 +1255,18 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
 #pragma unroll
         for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
     pdl_wait();
-    /* weights: warp per (head, part) */
-    for (int job = warp; job < 2 * r; job += WARPS) {
+    /* weights: warp per (row, part) */
+    for (int job = warp; job < 2 * rows; job += WARPS) {
         const int j = job >> 1, part = job & 1;
-        const int s0 = part ? p.int2_splits : 0, n = part ? p.win_splits : p.int2_splits;
-        const i64 row = (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + s0;
-        split_weights<MAX_SPLITS>(ws_lse + row, n, wgt[part][j], &lse_part[j][part], lane);
+        const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
+        split_weights<MAX_SPLITS>(ws_lse + head_row(j) * splits + s0, ns, wgt[part][j], &lse_part[j][part], lane);
     }
     __syncthreads();
-    /* the INT2 part of every head, in the rotated space; an empty split
+    /* the INT2 part of every row, in the rotated space; an empty split
        (weight 0) may hold stale values, NaN included: selected away */
-    for (int i = threadIdx.x; i < r * D; i += THREADS) {
+    for (int i = threadIdx.x; i < rows * D; i += THREADS) {
         const int j = i / D, d = i % D;
-        const float *src = ws_o + (static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits * D + d;
+        const float *src = ws_o + head_row(j) * splits * D + d;
         float o = 0.f;
         if (lse_part[j][0] != neg_inf())
             o = weighted_split_sum<16>(src, wgt[0][j], p.int2_splits, D);
@@ -1233,50 +1274,50 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     }
     __syncthreads();
     /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
-       take R's row n in PER-float pieces and serve every head of the group */
-    float x[HEADS]; /* HEADS (4, 8, 16) >= r: v5 unrolled 16 heads, predicated, at every ratio */
+       take R's row n in PER-float pieces and serve every row */
+    float x[ROWS];
 #pragma unroll
-    for (int j = 0; j < HEADS; j++) x[j] = 0.f;
+    for (int j = 0; j < ROWS; j++) x[j] = 0.f;
     if (R) {
 #pragma unroll
         for (int d4 = 0; d4 < PER / 4; d4++) {
             const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
             const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
 #pragma unroll
-            for (int j = 0; j < HEADS; j++)
-                if (j < r)
+            for (int j = 0; j < ROWS; j++)
+                if (j < rows)
                     x[j] = fmaf(o_int2[j * PAD + o0], rv.x,
                                 fmaf(o_int2[j * PAD + o0 + 1], rv.y,
                                      fmaf(o_int2[j * PAD + o0 + 2], rv.z, fmaf(o_int2[j * PAD + o0 + 3], rv.w, x[j]))));
         }
 #pragma unroll
-        for (int j = 0; j < HEADS; j++)
+        for (int j = 0; j < ROWS; j++)
 #pragma unroll
             for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
     } else {
 #pragma unroll
-        for (int j = 0; j < HEADS; j++)
-            if (j < r) x[j] = o_int2[j * PAD + n + n / 32];
+        for (int j = 0; j < ROWS; j++)
+            if (j < rows) x[j] = o_int2[j * PAD + n + n / 32];
     }
-    /* lane q of dim n finishes heads q, q + Q, ... */
+    /* lane q of dim n finishes rows q, q + Q, ... */
 #pragma unroll
-    for (int j = 0; j < HEADS; j++) {
-        if (j >= r) break;
+    for (int j = 0; j < ROWS; j++) {
+        if (j >= rows) break;
         if (j % Q != q) continue;
+        const i64 hrow = head_row(j);
         const float l1 = lse_part[j][0], l2 = lse_part[j][1];
         const float m = fmaxf(l1, l2);
         const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
         float win = 0.f;
         if (w2 > 0.f) {
-            const float *src = ws_o + ((static_cast<i64>(b) * p.num_q_heads + kvh * r + j) * splits + p.int2_splits) * D + n;
+            const float *src = ws_o + (hrow * splits + p.int2_splits) * D + n;
             win = weighted_split_sum<8>(src, wgt[1][j], p.win_splits, D);
         }
-        u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + (kvh * r + j) * p.o_head_stride;
+        u16 *o = reinterpret_cast<u16 *>(p.o) + (b0 + j / r) * p.o_batch_stride + (kvh * r + j % r) * p.o_head_stride;
         o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
         if (n == 0 && p.lse) {
             const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
-            reinterpret_cast<float *>(p.lse)[static_cast<i64>(b) * p.num_q_heads + kvh * r + j] =
-                p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+            reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
         }
     }
 }

@@ -100,6 +100,9 @@ OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 64 * OSCAR_K_M
 OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 168);
 
 /* decode.cuh: one decode step of attention over INT2 history + bf16 windows. */
+/* q rows (request, head) one decode_prep_kernel CTA takes: PREP_ROWS / ratio
+   requests of one KV head; the host sizes the grid with the same number. */
+#define OSCAR_K_PREP_ROWS 16
 typedef struct oscar_decode_params {
     oscar_pool_params pool;            /* INT2 pool of this layer */
     oscar_u64 int2_indptr, int2_indices, int2_last_page_len; /* i32, CSR over INT2 pages */

@@ -91,6 +91,15 @@ OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const osca
     const int64_t sms = ctx->num_sms > 0 ? ctx->num_sms : 132;
     return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= sms;
 }
+/* The per-KV-head merge's ROWS (its CTA merges ROWS / ratio requests of one KV
+   head): 16 when batch x KV heads exceeds the SMs (fewer CTAs, each reading
+   R_v once for up to 16 rows), else the smallest of 4, 8, 16 that holds the
+   group -- the value oscar__int2_heads gives. */
+OSCAR__PRIVATE int oscar__decode_merge_rows(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+    const int64_t sms = ctx->num_sms > 0 ? ctx->num_sms : 132;
+    const int ratio = pl->num_q_heads / pl->num_kv_heads;
+    return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads > sms ? 16 : oscar__int2_heads(ratio);
+}
 
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
@@ -224,8 +233,11 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || (i == 2 && pl.int2_splits == 0)) continue;
+            /* the merge kernel's name takes its ROWS where the others take the ratio
+               (oscar__int2_heads maps 4, 8, 16 to themselves) */
             oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
-                               pl.group_size, pl.page_size, ratio, pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
+                               pl.group_size, pl.page_size, i == 3 ? oscar__decode_merge_rows(ctx, &pl) : ratio,
+                               pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
@@ -247,7 +259,7 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     oscar_decode_run_desc d;
     oscar_decode_params p;
     oscar_status st;
-    unsigned B, Hkv, r;
+    unsigned B, Hkv, r, prep_nb;
 
     OSCAR__REQUIRE_CTX(ctx, "oscar_decode_run");
     if (!plan || !desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_decode_run: plan and desc must be non-NULL");
@@ -362,12 +374,13 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     }
     B = OSCAR__CAST(unsigned, plan->batch_size), Hkv = OSCAR__CAST(unsigned, plan->num_kv_heads);
     r = OSCAR__CAST(unsigned, p.group_ratio);
-    (void)r;
     /* prep follows the engine's work normally; the other three start early
        (programmatic dependent launch) and wait inside for their inputs. The
        window kernel goes after the INT2 one: it reads only inputs, so its
        CTAs fill the SMs the INT2 tail leaves idle and wait only to write. */
-    st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), B, Hkv, 1, 256,
+    /* prep: OSCAR_K_PREP_ROWS / ratio requests per CTA; merge: ROWS / ratio */
+    prep_nb = OSCAR_K_PREP_ROWS / r;
+    st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), (B + prep_nb - 1) / prep_nb, Hkv, 1, 256,
                           OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
     if (st == OSCAR_OK && plan->int2_splits > 0)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]), OSCAR__CAST(unsigned, plan->int2_splits),
@@ -380,8 +393,11 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
             st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B,
                                   OSCAR__CAST(unsigned, plan->num_q_heads), 1, 2 * OSCAR__CAST(unsigned, plan->head_dim), 0,
                                   stream, &p, 1);
-        else
-            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B, Hkv, 1, 512, 0, stream, &p, 1);
+        else {
+            const unsigned nb = OSCAR__CAST(unsigned, oscar__decode_merge_rows(ctx, plan)) / r;
+            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), (B + nb - 1) / nb, Hkv, 1, 512, 0,
+                                  stream, &p, 1);
+        }
     }
     return st;
 }
