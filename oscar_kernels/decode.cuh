@@ -422,12 +422,14 @@ __device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, 
 /* Queries, once per step: q scaled so logits come out in base 2 (for the   */
 /* window tier), and q' = q @ R_k for the INT2 tier, as the INT2 kernel's   */
 /* IMMA B fragments, with the per-group sums it adds for the group minima.  */
-/* Grid (ceil(batch / (PREP_ROWS / ratio)), kv heads), 256 threads: a CTA   */
-/* takes PREP_ROWS / ratio requests of one KV head (v8; v2-v7: one request  */
-/* per CTA, so every CTA read all of R_k -- 64 KB from L2 per request and   */
-/* KV head, 24.5 us at 128 x 4K). R_k goes through shared memory in row     */
-/* chunks of 64 KB (the whole matrix up to D 128), every load in flight at  */
-/* once.                                                                    */
+/* Grid (ceil(batch / prep_requests), kv heads), 256 threads: a CTA takes   */
+/* prep_requests requests of one KV head (v8), so at large batch R_k is     */
+/* read once for several (v2-v7: one request per CTA: at 128 x 4K 1024 CTAs */
+/* read 64 KB each, 24.5 us alone; 4 per CTA: 18.5 us -- but a CTA's phases */
+/* run one after another, so at 32 x 8K 4 per CTA took 16 instead of 9.8 us:*/
+/* the plan gives several only when the CTAs would not fit in two per SM). */
+/* R_k goes through shared memory in row chunks of 64 KB (the whole matrix  */
+/* up to D 128), every load in flight at once.                              */
 /* q' as integers: per head h, S_h = 2^(23 - E_h) with max_d |q'_hd| < 2^E_h,
    Q_hd = rint(q'_hd * S_h) (|Q| <= 2^23: q' to 24 bits of its head's largest
    element -- f32-like logits); for a dim in quarter k the kernel's A operand
@@ -476,7 +478,7 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][PARTS > 1 ? QR : 1][D];
     __shared__ int exps[QR];
     pdl_launch_next();
-    const int r = p.group_ratio, nb = QR / r, kvh = blockIdx.y, t = threadIdx.x;
+    const int r = p.group_ratio, nb = p.prep_requests, kvh = blockIdx.y, t = threadIdx.x;
     const int b0 = blockIdx.x * nb, rows = min(nb, p.batch_size - b0) * r, nreq = rows / r;
     const int nj = (rows + 3) / 4; /* 16-byte column groups of qt in use */
     const float *R = reinterpret_cast<const float *>(p.rot_k);
@@ -1221,11 +1223,13 @@ __device__ __forceinline__ float weighted_split_sum(const float *src, const floa
 }
 }  // namespace detail
 
-/* ROWS (4, 8 or 16): the (request, head) rows one CTA merges -- ROWS / ratio
-   requests of one KV head (v8; v2-v7: one request, its group's heads, so at
-   large batch every CTA read all of R_v for 4 heads: 64 MB from L2 at
-   128 x 4K, 49.8 us). The plan takes 16 when batch x KV heads exceeds the
-   SMs, else the smallest of 4, 8, 16 that holds the group. */
+/* A CTA merges merge_requests requests of one KV head: rows (request, head),
+   at most ROWS (4, 8 or 16) of them (v8; v2-v7: one request, so at large
+   batch every CTA read all of R_v for 4 heads: 64 MB from L2 at 128 x 4K,
+   49.8 us alone; 4 requests per CTA: 44.8 us. The rows' latency chains run
+   one after another in a CTA: at 32 x 8K 4 per CTA took 34.8 instead of
+   15.3 us, so the plan gives several only when the CTAs would not fit in
+   two per SM). */
 template <int D, int ROWS>
 __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
@@ -1237,7 +1241,7 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     __shared__ float lse_part[ROWS][2];
     __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
-    const int r = p.group_ratio, nb = ROWS / r, kvh = blockIdx.y, b0 = blockIdx.x * nb;
+    const int r = p.group_ratio, nb = p.merge_requests, kvh = blockIdx.y, b0 = blockIdx.x * nb;
     const int rows = min(nb, p.batch_size - b0) * r;
     const int splits = p.int2_splits + p.win_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -100,8 +100,8 @@ OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 64 * OSCAR_K_M
 OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 168);
 
 /* decode.cuh: one decode step of attention over INT2 history + bf16 windows. */
-/* q rows (request, head) one decode_prep_kernel CTA takes: PREP_ROWS / ratio
-   requests of one KV head; the host sizes the grid with the same number. */
+/* the most q rows (request, head) one decode_prep_kernel CTA takes: it takes
+   prep_requests requests of one KV head, prep_requests x ratio <= PREP_ROWS. */
 #define OSCAR_K_PREP_ROWS 16
 typedef struct oscar_decode_params {
     oscar_pool_params pool;            /* INT2 pool of this layer */
@@ -126,8 +126,10 @@ typedef struct oscar_decode_params {
     oscar_i32 lse_base;                /* 1: natural log, 2: base 2 */
     oscar_i32 min_chunk;               /* smallest number of tokens a split takes */
     oscar_i32 win_num_pages;           /* page ids outside [0, num_pages) are skipped */
+    oscar_i32 prep_requests;           /* requests per prep CTA (x ratio <= OSCAR_K_PREP_ROWS) */
+    oscar_i32 merge_requests;          /* requests per merge CTA (x ratio <= the kernel's ROWS) */
 } oscar_decode_params;
-OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_decode_params) == 336, "oscar_decode_params size");
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_decode_params) == 344, "oscar_decode_params size");
 OSCAR_PARAMS_OFFSET_ASSERT(oscar_decode_params, sm_scale, 280);
 
 /* merge.cuh: exact merge of partial attention states. */
