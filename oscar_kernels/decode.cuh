@@ -1205,21 +1205,38 @@ __device__ __forceinline__ void split_weights(const float *lse, int ns, float *w
     for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) w[s] = L > 0.f ? w[s] / L : 0.f;
     if (lane == 0) *lse_out = L > 0.f ? m + __log2f(L) : neg_inf();
 }
+/* ITEMS independent sums of this kind, every load of a chunk of every item in
+   flight together (v8: the merge's items ran one after another, a round trip
+   each); an item with ok = false sums nothing. Each sum adds its splits in
+   order, whatever ITEMS and CHUNK: results do not depend on them. */
+template <int ITEMS, int CHUNK>
+__device__ __forceinline__ void weighted_split_sums(const float *const (&src)[ITEMS], const float *const (&w)[ITEMS],
+                                                    const bool (&ok)[ITEMS], int n, int stride, float (&out)[ITEMS]) {
+#pragma unroll
+    for (int it = 0; it < ITEMS; it++) out[it] = 0.f;
+    for (int s0 = 0; s0 < n; s0 += CHUNK) {
+        float v[ITEMS][CHUNK], wt[ITEMS][CHUNK];
+#pragma unroll
+        for (int it = 0; it < ITEMS; it++)
+#pragma unroll
+            for (int u = 0; u < CHUNK; u++) {
+                const bool in = ok[it] && s0 + u < n;
+                wt[it][u] = in ? w[it][s0 + u] : 0.f;
+                v[it][u] = in ? src[it][static_cast<i64>(s0 + u) * stride] : 0.f;
+            }
+#pragma unroll
+        for (int it = 0; it < ITEMS; it++)
+#pragma unroll
+            for (int u = 0; u < CHUNK; u++) out[it] = fmaf(wt[it][u], wt[it][u] > 0.f ? v[it][u] : 0.f, out[it]);
+    }
+}
 template <int CHUNK>
 __device__ __forceinline__ float weighted_split_sum(const float *src, const float *w, int n, int stride) {
-    float acc = 0.f;
-    for (int s0 = 0; s0 < n; s0 += CHUNK) {
-        float v[CHUNK], wt[CHUNK];
-#pragma unroll
-        for (int u = 0; u < CHUNK; u++) {
-            const bool in = s0 + u < n;
-            wt[u] = in ? w[s0 + u] : 0.f;
-            v[u] = in ? src[static_cast<i64>(s0 + u) * stride] : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < CHUNK; u++) acc = fmaf(wt[u], wt[u] > 0.f ? v[u] : 0.f, acc);
-    }
-    return acc;
+    const float *const s1[1] = {src}, *const w1[1] = {w};
+    const bool ok[1] = {true};
+    float o[1];
+    weighted_split_sums<1, CHUNK>(s1, w1, ok, n, stride, o);
+    return o[0];
 }
 }  // namespace detail
 
@@ -1231,13 +1248,18 @@ __device__ __forceinline__ float weighted_split_sum(const float *src, const floa
    15.3 us, so the plan gives several only when the CTAs would not fit in
    two per SM). */
 template <int D, int ROWS>
-__global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
     constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
-    constexpr int PAD = D + D / 32;             /* o_int2 row stride: the Q lanes of a dim hit Q banks */
+    /* o_int2 [row][d + 4 (d / 32)]: the Q lanes of a dim read 16-byte pieces
+       in Q different bank groups (v2-v7 padded by one float per 32, which
+       left the pieces unaligned: four scalar loads per four FMAs) */
+    constexpr int PAD = D + D / 8;
     static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
-    __shared__ float o_int2[ROWS * PAD];
+    constexpr int ITEMS = (ROWS * D + THREADS - 1) / THREADS; /* (row, dim) items per thread */
+    constexpr int RPL = (ROWS + Q - 1) / Q;                   /* rows a lane finishes */
+    __shared__ __align__(16) float o_int2[ROWS * PAD];
     __shared__ float lse_part[ROWS][2];
     __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
     pdl_launch_next();
@@ -1266,15 +1288,26 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
         split_weights<MAX_SPLITS>(ws_lse + head_row(j) * splits + s0, ns, wgt[part][j], &lse_part[j][part], lane);
     }
     __syncthreads();
-    /* the INT2 part of every row, in the rotated space; an empty split
-       (weight 0) may hold stale values, NaN included: selected away */
-    for (int i = threadIdx.x; i < rows * D; i += THREADS) {
-        const int j = i / D, d = i % D;
-        const float *src = ws_o + head_row(j) * splits * D + d;
-        float o = 0.f;
-        if (lse_part[j][0] != neg_inf())
-            o = weighted_split_sum<16>(src, wgt[0][j], p.int2_splits, D);
-        o_int2[j * PAD + d + d / 32] = o;
+    /* the INT2 part of every row, in the rotated space, all of a thread's
+       items' loads at once; an empty split (weight 0: all of a row's when it
+       has none) may hold stale values, NaN included: selected away */
+    {
+        const float *src[ITEMS], *w[ITEMS];
+        bool ok[ITEMS];
+        float o[ITEMS];
+#pragma unroll
+        for (int it = 0; it < ITEMS; it++) {
+            const int i = threadIdx.x + it * THREADS, j = i < rows * D ? i / D : 0;
+            ok[it] = i < rows * D;
+            src[it] = ws_o + head_row(j) * splits * D + i % D;
+            w[it] = wgt[0][j];
+        }
+        weighted_split_sums<ITEMS, (8 / ITEMS > 1 ? 8 / ITEMS : 1)>(src, w, ok, p.int2_splits, D, o);
+#pragma unroll
+        for (int it = 0; it < ITEMS; it++) {
+            const int i = threadIdx.x + it * THREADS, d = i % D;
+            if (ok[it]) o_int2[(i / D) * PAD + d + 4 * (d / 32)] = o[it];
+        }
     }
     __syncthreads();
     /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
@@ -1286,13 +1319,13 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
 #pragma unroll
         for (int d4 = 0; d4 < PER / 4; d4++) {
             const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
-            const int d = q * PER + 4 * d4, o0 = d + d / 32; /* 4 dims never straddle a pad */
+            const int d = q * PER + 4 * d4, o0 = d + 4 * (d / 32); /* 4 dims never straddle a pad */
 #pragma unroll
             for (int j = 0; j < ROWS; j++)
-                if (j < rows)
-                    x[j] = fmaf(o_int2[j * PAD + o0], rv.x,
-                                fmaf(o_int2[j * PAD + o0 + 1], rv.y,
-                                     fmaf(o_int2[j * PAD + o0 + 2], rv.z, fmaf(o_int2[j * PAD + o0 + 3], rv.w, x[j]))));
+                if (j < rows) {
+                    const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[j * PAD + o0]);
+                    x[j] = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x[j]))));
+                }
         }
 #pragma unroll
         for (int j = 0; j < ROWS; j++)
@@ -1301,9 +1334,23 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
     } else {
 #pragma unroll
         for (int j = 0; j < ROWS; j++)
-            if (j < rows) x[j] = o_int2[j * PAD + n + n / 32];
+            if (j < rows) x[j] = o_int2[j * PAD + n + 4 * (n / 32)];
     }
-    /* lane q of dim n finishes rows q, q + Q, ... */
+    /* lane q of dim n finishes rows q, q + Q, ...: first their window parts,
+       every load at once (all weights 0 where a row has no window tokens) */
+    float win[RPL];
+    {
+        const float *src[RPL], *w[RPL];
+        bool ok[RPL];
+#pragma unroll
+        for (int k = 0; k < RPL; k++) {
+            const int j = q + Q * k, jj = j < rows ? j : 0;
+            ok[k] = j < rows;
+            src[k] = ws_o + (head_row(jj) * splits + p.int2_splits) * D + n;
+            w[k] = wgt[1][jj];
+        }
+        weighted_split_sums<RPL, (8 / RPL > 1 ? 8 / RPL : 1)>(src, w, ok, p.win_splits, D, win);
+    }
 #pragma unroll
     for (int j = 0; j < ROWS; j++) {
         if (j >= rows) break;
@@ -1312,13 +1359,9 @@ __global__ void __launch_bounds__(512) decode_merge_kernel(const __grid_constant
         const float l1 = lse_part[j][0], l2 = lse_part[j][1];
         const float m = fmaxf(l1, l2);
         const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
-        float win = 0.f;
-        if (w2 > 0.f) {
-            const float *src = ws_o + (hrow * splits + p.int2_splits) * D + n;
-            win = weighted_split_sum<8>(src, wgt[1][j], p.win_splits, D);
-        }
+        const float wn = win[j / Q];
         u16 *o = reinterpret_cast<u16 *>(p.o) + (b0 + j / r) * p.o_batch_stride + (kvh * r + j % r) * p.o_head_stride;
-        o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
+        o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * wn) / (w1 + w2) : 0.f, p.o_dtype);
         if (n == 0 && p.lse) {
             const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
             reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
