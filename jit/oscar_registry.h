@@ -76,20 +76,6 @@ OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
     return page_size == 1 || page_size == 16 ? page_size : 0;
 }
 OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
-/* The window kernel's cp.async stages per warp (its STAGES), registered values.
-   EXPERIMENT (exp/window-latency): OSCAR_WIN_STAGES picks one of them for
-   head dims <= 128 (D 256 stays at 2). */
-static const int oscar__win_stages_registered[] = {2, 3, 4, 6};
-OSCAR__PRIVATE int oscar__decode_win_stages(int head_dim) {
-    const char *e = getenv("OSCAR_WIN_STAGES");
-    int s = e ? atoi(e) : 2;
-    if (head_dim > 128 || (s != 3 && s != 4 && s != 6)) s = 2;
-    return s;
-}
-OSCAR__PRIVATE void oscar__name_window(char *out, size_t cap, int head_dim, int group_ratio, int kv_dtype, int stages) {
-    snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
-             kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16, stages);
-}
 /* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
 OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
 OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
@@ -98,7 +84,10 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
     case 0:
         snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__int2_heads(group_ratio));
         break;
-    case 1: oscar__name_window(out, cap, head_dim, group_ratio, kv_dtype, oscar__decode_win_stages(head_dim)); break;
+    case 1:
+        snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
+                 kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+        break;
     case 2:
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
                  oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
@@ -151,13 +140,8 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
         oscar__registry_add("decode.cuh", "%s", name);
         for (nh = 1; nh <= 2; nh++)
             for (dt = 0; dt < 2; dt++) {
-                int si;
-                for (si = 0; si < 4; si++) {
-                    if (hd > 128 && oscar__win_stages_registered[si] != 2) continue;
-                    oscar__name_window(name, sizeof name, hd, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16,
-                                       oscar__win_stages_registered[si]);
-                    oscar__registry_add("decode.cuh", "%s", name);
-                }
+                oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16, 0);
+                oscar__registry_add("decode.cuh", "%s", name);
             }
         for (g = 0; g < 4; g++) {
             static const int pss[3] = {1, 16, 0};

@@ -967,30 +967,40 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
 /* ======================================================================== */
 /* bf16/f16 tier (sink + recent windows; also the BF16 baseline)            */
 /* Grid (splits, kv heads, batch), 4 warps. A split's 16-token tiles are    */
-/* dealt round-robin to the warps; each warp streams its own through        */
-/* STAGES shared-memory buffers (K and V of 16 tokens: 8 KB at D 128).      */
-/* v2 (exp/window-latency): every copy instruction moves whole token rows   */
-/* (lane l: chunk l % CH of row RPI j + l / CH; v1 gave each lane pair one  */
-/* row, so one instruction touched 16 rows, 32 bytes of each); the page     */
+/* dealt round-robin to the warps; each streams its own through 2 shared-   */
+/* memory stages (K and V of 16 tokens: 8 KB at D 128; 64 KB per CTA, as    */
+/* oscar__decode_window_smem counts, OSCAR__DECODE_WIN_STAGES there).       */
+/* v2: every copy instruction moves whole token rows (lane l: chunk l % CH  */
+/* of row RPI j + l / CH, RPI = 2 at D 128; v1 gave each lane pair one row, */
+/* so one instruction touched 32 bytes of each of 16 rows); the page        */
 /* position advances by additions (v1 divided by the run-time page size     */
-/* twice per tile); page ids of the first STAGES + 1 tiles are loaded at    */
-/* once and all STAGES tiles issued before q is read. Loop: ~480 -> ~NNN    */
-/* SASS instructions per tile (D 128, 4 heads); same mma order, so the same */
-/* logits and output bit for bit.                                           */
+/* twice per tile); the page ids of the first STAGES + 1 tiles are loaded   */
+/* at once and STAGES tiles issued before q is read. Same mma order (same   */
+/* logits and output bit for bit). Loop 480 -> 365 SASS instructions per    */
+/* tile (D 128, 4 heads). H200, ncu, alone: 128 x 4K (1024 CTAs of 320      */
+/* tokens) 79.5 -> 62.0 us, 1 x 128K (8 CTAs) 16.3 -> 13.7 us; the BF16     */
+/* baseline (same kernel over whole contexts) 698 -> 498 us at 128 x 4K.    */
+/* Tried and not kept: 3, 4 or 6 stages (fewer CTAs per SM: slower at every */
+/* batch, no gain at batch 1 -- the batch-1 chain is not the tiles' round   */
+/* trips; bench/results/logs/decode_window_v2_h200.txt).                    */
+namespace detail {
+constexpr int WINDOW_STAGES = 2; /* = OSCAR__DECODE_WIN_STAGES */
 /* CTAs per SM that the pipeline's shared memory allows (228 KB per SM, 1 KB
    reserved per CTA), at most 4: the launch bounds keep the registers from
-   lowering occupancy below that (v1's register counts, D 128 at 4 and 16
-   heads: 124 and 168, i.e. 3 CTAs per SM like its 64 KB of shared memory) */
-template <int HEAD_DIM, int STAGES>
-struct window_occupancy {
-    static constexpr int BYTES = 4 * STAGES * 2 * 16 * HEAD_DIM * 2 + 1024;
-    static constexpr int CTAS = (228 * 1024) / BYTES < 1 ? 1 : (228 * 1024) / BYTES > 4 ? 4 : (228 * 1024) / BYTES;
+   lowering occupancy below that. Not at D >= 128 with 16 heads: bounded to 3
+   CTAs it spills (v1 fit in 168 registers); it runs at 2 (212 registers). */
+template <int HEAD_DIM, int NH>
+struct window_min_ctas {
+    static constexpr int BYTES = 4 * WINDOW_STAGES * 2 * 16 * HEAD_DIM * 2 + 1024, N = (228 * 1024) / BYTES;
+    static constexpr int VALUE = NH == 2 && HEAD_DIM >= 128 ? 1 : N < 1 ? 1 : N > 4 ? 4 : N;
 };
-template <int HEAD_DIM, int NH, int KV_DTYPE, int STAGES>
-__global__ void __launch_bounds__(128, NH == 2 && HEAD_DIM >= 128 ? 1 : window_occupancy<HEAD_DIM, STAGES>::CTAS) decode_window_kernel(const __grid_constant__ oscar_decode_params p) {
+}  // namespace detail
+template <int HEAD_DIM, int NH, int KV_DTYPE>
+__global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VALUE) decode_window_kernel(
+    const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int D = HEAD_DIM, KS = D / 16, MT = D / 16, ROW = D * 2;
-    constexpr int TOK = 16, WARPS = 4;
+    constexpr int TOK = 16, STAGES = WINDOW_STAGES, WARPS = 4;
     constexpr int TILE = TOK * ROW, STAGE_BYTES = 2 * TILE;
     constexpr int CH = ROW / 16;  /* 16-byte chunks per token row */
     constexpr int RPI = 32 / CH;  /* token rows per copy instruction */

@@ -9,6 +9,7 @@
 #define OSCAR__DECODE_INT2_STAGES 4
 #define OSCAR__DECODE_WARPS 4
 #define OSCAR__DECODE_WIN_TOK 16
+#define OSCAR__DECODE_WIN_STAGES 2
 
 OSCAR__PRIVATE size_t oscar__align256(size_t x) { return (x + 255) & ~OSCAR__CAST(size_t, 255); }
 
@@ -25,8 +26,8 @@ OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, in
     return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
 }
 OSCAR__PRIVATE uint32_t oscar__decode_window_smem(int head_dim, int group_ratio) {
-    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * oscar__decode_win_stages(head_dim) * 2 *
-                                              OSCAR__DECODE_WIN_TOK * head_dim * 2);
+    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_WIN_STAGES * 2 * OSCAR__DECODE_WIN_TOK *
+                                              head_dim * 2);
     return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
 }
 
