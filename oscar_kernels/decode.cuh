@@ -1002,12 +1002,46 @@ __global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DI
 
 /* ======================================================================== */
 /* bf16/f16 tier (sink + recent windows; also the BF16 baseline)            */
+/* Grid (splits, kv heads, batch), 4 warps. A split's 16-token tiles are    */
+/* dealt round-robin to the warps; each streams its own through 2 shared-   */
+/* memory stages (K and V of 16 tokens: 8 KB at D 128; 64 KB per CTA, as    */
+/* oscar__decode_window_smem counts, OSCAR__DECODE_WIN_STAGES there).       */
+/* v2: every copy instruction moves whole token rows (lane l: chunk l % CH  */
+/* of row RPI j + l / CH, RPI = 2 at D 128; v1 gave each lane pair one row, */
+/* so one instruction touched 32 bytes of each of 16 rows); the page        */
+/* position advances by additions (v1 divided by the run-time page size     */
+/* twice per tile); the page ids of the first STAGES + 1 tiles are loaded   */
+/* at once and STAGES tiles issued before q is read. Same mma order (same   */
+/* logits and output bit for bit). Loop 480 -> 365 SASS instructions per    */
+/* tile (D 128, 4 heads). H200, ncu, alone: 128 x 4K (1024 CTAs of 320      */
+/* tokens) 79.5 -> 62.0 us, 1 x 128K (8 CTAs) 16.3 -> 13.7 us; the BF16     */
+/* baseline (same kernel over whole contexts) 698 -> 498 us at 128 x 4K.    */
+/* Tried and not kept: 3, 4 or 6 stages (fewer CTAs per SM: slower at every */
+/* batch, no gain at batch 1 -- the batch-1 chain is not the tiles' round   */
+/* trips; bench/results/logs/decode_window_v2_h200.txt).                    */
+namespace detail {
+constexpr int WINDOW_STAGES = 2; /* = OSCAR__DECODE_WIN_STAGES */
+/* CTAs per SM that the pipeline's shared memory allows (228 KB per SM, 1 KB
+   reserved per CTA), at most 4: the launch bounds keep the registers from
+   lowering occupancy below that. Not at D >= 128 with 16 heads: bounded to 3
+   CTAs it spills (v1 fit in 168 registers); it runs at 2 (212 registers). */
+template <int HEAD_DIM, int NH>
+struct window_min_ctas {
+    static constexpr int BYTES = 4 * WINDOW_STAGES * 2 * 16 * HEAD_DIM * 2 + 1024, N = (228 * 1024) / BYTES;
+    static constexpr int VALUE = NH == 2 && HEAD_DIM >= 128 ? 1 : N < 1 ? 1 : N > 4 ? 4 : N;
+};
+}  // namespace detail
 template <int HEAD_DIM, int NH, int KV_DTYPE>
-__global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VALUE) decode_window_kernel(
+    const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int D = HEAD_DIM, KS = D / 16, MT = D / 16, ROW = D * 2;
-    constexpr int TOK = 16, STAGES = 2, WARPS = 4;
+    constexpr int TOK = 16, STAGES = WINDOW_STAGES, WARPS = 4;
     constexpr int TILE = TOK * ROW, STAGE_BYTES = 2 * TILE;
+    constexpr int CH = ROW / 16;  /* 16-byte chunks per token row */
+    constexpr int RPI = 32 / CH;  /* token rows per copy instruction */
+    constexpr int NI = TOK / RPI; /* copy instructions per K (and per V) tile */
+    static_assert(CH <= 32 && 32 % CH == 0 && NI * RPI == TOK && STAGES >= 2, "window tiling");
     using COMB = cta_combine<D, NH, WARPS>;
     extern __shared__ __align__(16) u8 smem[];
 
@@ -1029,34 +1063,62 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
     const int page0 = indptr[b];
 
     u8 *wsm = smem + warp * STAGES * STAGE_BYTES;
-    const u16 *kc = reinterpret_cast<const u16 *>(p.win_k), *vc = reinterpret_cast<const u16 *>(p.win_v);
     /* the split's tiles are dealt round-robin to the warps: this warp's count */
     const int ntiles = warp_tiles((end - start + TOK - 1) / TOK, warp, WARPS);
-    /* lane pair (2i, 2i+1) loads token i: ROW / 16 chunks split between them */
-    auto page_of = [&](int tile) -> int {
-        const int t = start + (warp + WARPS * tile) * TOK + lane / 2;
-        if (tile >= ntiles || t >= end) return -1;
-        return indices[page0 + t / ps];
+    /* Lane l (and l ^ 16) keeps the position of token row l % 16 of the warp's
+       next tile to fetch: t, its page list index and offset in the page,
+       advanced WARPS * TOK tokens per tile without a division. fetch() loads
+       that row's page id (-1 past the end) and returns it with the offset. */
+    int t_row = start + warp * TOK + (lane & (TOK - 1));
+    int pos = t_row / ps, poff = t_row - pos * ps; /* pos: in indices[], from page0 on */
+    const int step = (WARPS * TOK) / ps * 128 + (WARPS * TOK) % ps; /* pages * 128 + tokens (< 128) */
+    pos += page0;
+    auto fetch = [&](int &page, int &off) {
+        page = t_row < end ? indices[pos] : -1;
+        off = poff;
+        t_row += WARPS * TOK, pos += step >> 7, poff += step & 127;
+        if (poff >= ps) poff -= ps, pos++;
     };
-    auto issue = [&](int tile, int page, int stage) {
-        const int t = start + (warp + WARPS * tile) * TOK + lane / 2;
+    /* this lane's chunk of every row it copies, in bytes */
+    const u8 *kc = reinterpret_cast<const u8 *>(p.win_k) + (lane % CH) * 16;
+    const u8 *vc = reinterpret_cast<const u8 *>(p.win_v) + (lane % CH) * 16;
+    /* Copies of one tile into stage `stage`: each instruction moves RPI whole
+       rows (lane l: chunk l % CH of row RPI j + l / CH), whose byte offsets
+       the lanes holding them pass on; a row past the end or on a page out of
+       range is zero-filled. Same swizzled layout (tile_off) as v1. */
+    auto issue = [&](int stage, int page, int off) {
+        const bool ok = page >= 0 && page < p.win_num_pages;
+        const i64 eo = ok ? 2 * (static_cast<i64>(page) * p.win_page_stride + static_cast<i64>(off) * p.win_token_stride +
+                                 static_cast<i64>(blockIdx.y) * p.win_head_stride)
+                          : static_cast<i64>(0);
+        const u32 valid = __ballot_sync(0xffffffffu, ok) >> (lane / CH); /* bit RPI j: this lane's row j */
         const u32 kbase = smem_addr(wsm + stage * STAGE_BYTES), vbase = kbase + TILE;
-        const bool ok = tile < ntiles && t < end && page >= 0 && page < p.win_num_pages;
-        const i64 off = ok ? (t % ps) : 0, pg = ok ? page : 0;
-        const i64 eo = pg * p.win_page_stride + off * p.win_token_stride + kvh * p.win_head_stride;
-#pragma unroll
-        for (int ch = (lane & 1); ch < ROW / 16; ch += 2) {
-            cp_async16(kbase + tile_off<ROW>(lane / 2, ch), kc + eo + ch * 8, ok ? 16 : 0);
-            cp_async16(vbase + tile_off<ROW>(lane / 2, ch), vc + eo + ch * 8, ok ? 16 : 0);
+#pragma unroll(NH == 1 ? NI : 1)
+        for (int j = 0; j < NI; j++) {
+            const int row = RPI * j + lane / CH;
+            const i64 e = __shfl_sync(0xffffffffu, eo, row);
+            const int bytes = (valid >> (RPI * j)) & 1 ? 16 : 0;
+            const u32 dst = tile_off<ROW>(row, lane % CH);
+            cp_async16(kbase + dst, kc + e, bytes);
+            cp_async16(vbase + dst, vc + e, bytes);
         }
-        cp_async_commit();
     };
 
-    /* the first tile's page id and copies go out before q is loaded, so
-       their round trips overlap q's instead of following it */
-    int next_page = page_of(0);
-    issue(0, next_page, 0);
-    next_page = page_of(1);
+    /* page ids of the first STAGES + 1 tiles (all loads in flight at once),
+       then the first STAGES tiles' copies, one commit group per tile (empty
+       past the warp's last tile), all before q is loaded */
+    int next_page, next_off;
+    {
+        int pg[STAGES], po[STAGES];
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) fetch(pg[s], po[s]);
+        fetch(next_page, next_off);
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            if (s < ntiles) issue(s, pg[s], po[s]);
+            cp_async_commit();
+        }
+    }
 
     /* q in two parts (hi + lo in the cache's dtype): logits as precise as f32
        q. Read from the input itself, scaled as decode_prep_kernel scales it:
@@ -1090,15 +1152,21 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
         for (int nh = 0; nh < NH; nh++) acc[mt][nh][0] = acc[mt][nh][1] = acc[mt][nh][2] = acc[mt][nh][3] = 0.f;
     const bool capped = p.logit_cap > 0.f;
     const float cap_log2 = p.logit_cap * 1.4426950408889634f;
+    /* ldmatrix addresses: tile_off<ROW>(r, 2 x + h) for a row r with r % 8 = mr
+       is r ROW + 128 (x / 4) + 32 ((x % 4) ^ (mr / 2)) + 16 (h ^ (mr % 2)):
+       lane terms + constants (ROW >= 128) */
+    const int mi = lane >> 3, mr = lane & 7;
+    static_assert(ROW >= 128, "ldmatrix addressing");
+    const u32 k_lane = ((mi & 1) * 8 + mr) * ROW + 16 * ((mi >> 1) ^ (mr & 1));
+    const u32 v_lane = ((mi >> 1) * 8 + mr) * ROW + 16 * ((mi & 1) ^ (mr & 1)) + TILE;
+    auto ld_off = [&](int x) -> u32 { return 128 * (x / 4) + 32 * ((x % 4) ^ (mr >> 1)); };
 
     for (int tile = 0; tile < ntiles; tile++) {
-        issue(tile + 1, next_page, (tile + 1) % STAGES);
-        next_page = page_of(tile + 2);
-        cp_async_wait<1>();
+        cp_async_wait<STAGES - 1>(); /* this tile's group is done */
         __syncwarp();
-        const u32 kb = smem_addr(wsm + (tile % STAGES) * STAGE_BYTES), vb = kb + TILE;
+        const int stage = tile % STAGES;
+        const u32 sb = smem_addr(wsm + stage * STAGE_BYTES), kb = sb + k_lane, vb = sb + v_lane;
         const int t0 = start + (warp + WARPS * tile) * TOK;
-        const int mi = lane >> 3, mr = lane & 7;
 
         float s[1][NH][4];
 #pragma unroll
@@ -1106,7 +1174,7 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             u32 a0, a1, a2, a3;
-            ldmatrix_x4(kb + tile_off<ROW>((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)), a0, a1, a2, a3);
+            ldmatrix_x4(kb + ld_off(ks), a0, a1, a2, a3);
 #pragma unroll
             for (int nh = 0; nh < NH; nh++) {
                 mma_16816<KV_DTYPE>(s[0][nh], a0, a1, a2, a3, qf[ks][nh][0][0], qf[ks][nh][0][1]);
@@ -1139,7 +1207,7 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
         for (int mt = 0; mt < MT; mt++) {
             u32 a0, a1, a2, a3;
             /* matrices: (tok 0-7, dims 16mt..+7), (tok 0-7, +8..), (tok 8-15, ..), (tok 8-15, +8..) */
-            ldmatrix_x4_trans(vb + tile_off<ROW>((mi >> 1) * 8 + mr, 2 * mt + (mi & 1)), a0, a1, a2, a3);
+            ldmatrix_x4_trans(vb + ld_off(mt), a0, a1, a2, a3);
 #pragma unroll
             for (int nh = 0; nh < NH; nh++) {
                 if (rescaled) {
@@ -1150,7 +1218,10 @@ __global__ void __launch_bounds__(128) decode_window_kernel(const __grid_constan
                 mma_16816<KV_DTYPE>(acc[mt][nh], a0, a1, a2, a3, pbl[nh][0], pbl[nh][1]);
             }
         }
-        __syncwarp();
+        __syncwarp(); /* every lane is done with this stage: refill it */
+        if (tile + STAGES < ntiles) issue(stage, next_page, next_off);
+        cp_async_commit();
+        fetch(next_page, next_off);
     }
     cp_async_wait<0>();
     __syncthreads(); /* every warp is done with its pipeline smem */
