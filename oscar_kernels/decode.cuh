@@ -40,6 +40,10 @@
    heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
    softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v8: prep and merge take several requests per CTA at large batch (R read
+   once for them), the merge's mat-vec reads 16 bytes at a time, window
+   kernel v2 (whole-row copies; 480 -> 365 SASS per tile); 128 x 4K 230 ->
+   191 us on the H200 (docs/decode.md).
    v7: V codes as bf16 subnormals (no offset, no HFMA2; loop 489 -> 411
    SASS instructions per 32-token tile at D 128 / group 128 / 4 heads).
    v6: QK on IMMA (32x32K, H200: 329 -> 268 us with the same splits; loop
@@ -1301,6 +1305,17 @@ __device__ __forceinline__ void weighted_split_sums(const float *const (&src)[IT
             for (int u = 0; u < CHUNK; u++) out[it] = fmaf(wt[it][u], wt[it][u] > 0.f ? v[it][u] : 0.f, out[it]);
     }
 }
+/* A lane's piece of R_v's row n: PER floats from column q * PER, loaded into
+   rrow now (before the kernel's wait: a constant input) where PREFETCH says
+   it fits in registers; the pointer serves the loads otherwise. */
+template <int D, int PER, bool PREFETCH>
+__device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int q, float4 (&rrow)[PREFETCH ? PER / 4 : 1]) {
+    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
+    if (PREFETCH && R)
+#pragma unroll
+        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
+    return row;
+}
 template <int CHUNK>
 __device__ __forceinline__ float weighted_split_sum(const float *src, const float *w, int n, int stride) {
     const float *const s1[1] = {src}, *const w1[1] = {w};
@@ -1346,11 +1361,8 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     constexpr bool PREFETCH = PER <= 32;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
     const int n = threadIdx.x / Q, q = threadIdx.x % Q;
-    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
     float4 rrow[PREFETCH ? PER / 4 : 1];
-    if (PREFETCH && R)
-#pragma unroll
-        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
+    const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
     pdl_wait();
     /* weights: warp per (row, part) */
     for (int job = warp; job < 2 * rows; job += WARPS) {
@@ -1465,11 +1477,8 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
     const float *R = reinterpret_cast<const float *>(p.rot_v);
     const int n = t >> 1, q = t & 1;
-    const float4 *row = reinterpret_cast<const float4 *>(R + static_cast<i64>(n) * D + q * PER);
     float4 rrow[PREFETCH ? PER / 4 : 1];
-    if (PREFETCH && R)
-#pragma unroll
-        for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
+    const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
     pdl_wait();
     for (int hh = 0; hh < hpc; hh++) {
         const int h = blockIdx.y * hpc + hh;

@@ -623,6 +623,48 @@ Test(tune, entries_for_other_kernel_sources_are_dropped) {
     remove_tmp_dir();
 }
 
+/* Every shipped table (tune/default_sm*.txt, embedded) is current: each entry
+   was tuned for the kernel sources this build embeds. A kernel edit changes
+   its family's digest and the shipped entries would be ignored at run time
+   (heuristic splits and tiles: up to 25% slower on some shapes); this test
+   says so at once. Fix: re-tune on the GPU (oscar_tune --fresh, docs/tuning.md),
+   or, where the change leaves every instantiation's SASS identical, re-key. */
+Test(tune, the_shipped_tables_are_current) {
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    char digest[OSCAR__TUNE_FAMILY_COUNT][17];
+    int f, i, tables = 0;
+    for (f = 1; f < OSCAR__TUNE_FAMILY_COUNT; f++) oscar__tune_family_digest(f, digest[f]);
+    for (i = 0; oscar__tune_defaults[i].name[0]; i++) {
+        oscar__tune_table *t = NULL;
+        int32_t e, per_family[OSCAR__TUNE_FAMILY_COUNT] = {0}, lines = 0;
+        const char *l;
+        /* entry lines in the text: the parser drops stale ones (with a log line), so count them here */
+        for (l = oscar__tune_defaults[i].text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+            if (*l != '#' && *l != '\n' && strncmp(l, "oscar-tune-table", 16) && strncmp(l, "provenance", 10)) lines++;
+        TU_OK(ctx, oscar__tune_parse(ctx, "test", oscar__tune_defaults[i].name, oscar__tune_defaults[i].text,
+                                     strlen(oscar__tune_defaults[i].text), &t));
+        cr_assert(t->num_entries == lines,
+                  "%s: %d entry lines, %d kept -- the others were tuned for other kernel sources: re-tune "
+                  "(oscar_tune --fresh) or re-key after checking the SASS is unchanged",
+                  oscar__tune_defaults[i].name, lines, t->num_entries);
+        for (e = 0; e < t->num_entries; e++) {
+            const oscar__tune_entry *x = &t->entries[e];
+            cr_assert(x->family >= 1 && x->family < OSCAR__TUNE_FAMILY_COUNT);
+            cr_assert(strcmp(x->src, digest[x->family]) == 0,
+                      "%s: entry %d (family %d) was tuned for kernel source %s; this build's is %s -- re-tune "
+                      "(oscar_tune --fresh) or re-key after checking the SASS is unchanged",
+                      oscar__tune_defaults[i].name, e, x->family, x->src, digest[x->family]);
+            per_family[x->family]++;
+        }
+        for (f = 1; f < OSCAR__TUNE_FAMILY_COUNT; f++)
+            cr_assert(per_family[f] > 0, "%s has no entry of family %d", oscar__tune_defaults[i].name, f);
+        oscar__tune_table_free(ctx, t);
+        tables++;
+    }
+    cr_assert(tables >= 1, "no shipped table embedded");
+    oscar_shutdown(ctx);
+}
+
 Test(tune, where_the_context_finds_its_table) {
     oscar_desc desc = {0};
     oscar_ctx *ctx = NULL;
