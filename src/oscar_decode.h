@@ -239,7 +239,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
         for (i = 0; i < 4; i++) {
             char name[192];
             oscar__kernel *k = NULL;
-            if ((i == 1 && !pl.has_window) || (i == 2 && pl.int2_splits == 0)) continue;
+            if ((i == 1 && !pl.has_window) || ((i == 0 || i == 2) && pl.int2_splits == 0)) continue;
             /* the merge kernel's name takes its ROWS where the others take the ratio
                (oscar__int2_heads maps 4, 8, 16 to themselves) */
             oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
@@ -381,28 +381,36 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
         return OSCAR_OK;
     }
     B = OSCAR__CAST(unsigned, plan->batch_size), Hkv = OSCAR__CAST(unsigned, plan->num_kv_heads);
-    /* prep follows the engine's work normally; the other three start early
-       (programmatic dependent launch) and wait inside for their inputs. The
-       window kernel goes after the INT2 one: it reads only inputs, so its
-       CTAs fill the SMs the INT2 tail leaves idle and wait only to write. */
+    /* The first kernel of the step follows the engine's work normally; the
+       others start early (programmatic dependent launch) and wait inside for
+       their inputs. The window kernel goes after the INT2 one: it reads only
+       inputs, so its CTAs fill the SMs the INT2 tail leaves idle and wait
+       only to write. Without an INT2 tier (e.g. the BF16 baseline) there is
+       no q' to prepare: prep is not launched (v2-v8 ran it anyway, ~5-15 us
+       for nothing) and the window kernel goes first. */
     /* prep and the per-KV-head merge: nb requests of a KV head per CTA */
     nb = OSCAR__CAST(unsigned, p.prep_requests);
-    st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), (B + nb - 1) / nb, Hkv, 1, 256,
-                          OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
-    if (st == OSCAR_OK && plan->int2_splits > 0)
-        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]), OSCAR__CAST(unsigned, plan->int2_splits),
-                              Hkv, B, 128, plan->smem_int2, stream, &p, 1);
+    st = OSCAR_OK;
+    if (plan->int2_splits > 0) {
+        st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[0]), (B + nb - 1) / nb, Hkv, 1, 256,
+                              OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
+        if (st == OSCAR_OK)
+            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]),
+                                  OSCAR__CAST(unsigned, plan->int2_splits), Hkv, B, 128, plan->smem_int2, stream, &p, 1);
+    }
     if (st == OSCAR_OK && plan->has_window)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
-                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p, 1);
+                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p,
+                              plan->int2_splits > 0);
     if (st == OSCAR_OK) {
+        const int pdl = plan->int2_splits > 0 || plan->has_window;
         if (oscar__decode_merge_per_head(ctx, plan))
             st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), B,
                                   OSCAR__CAST(unsigned, plan->num_q_heads), 1, 2 * OSCAR__CAST(unsigned, plan->head_dim), 0,
-                                  stream, &p, 1);
+                                  stream, &p, pdl);
         else
             st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), (B + nb - 1) / nb, Hkv, 1, 512, 0,
-                                  stream, &p, 1);
+                                  stream, &p, pdl);
     }
     return st;
 }

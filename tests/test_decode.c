@@ -587,7 +587,8 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
    compiled for ROWS 4, 8 or 16 rows. The batches below give (on 132 SMs)
    16, 5, 4, 3, 2 and 1 requests per CTA, with the last CTA of a KV head
    partly filled, every ratio class and head dim; lengths mix empty,
-   window-only and INT2-only requests. */
+   window-only and INT2-only requests. The last class has no INT2 tokens at
+   all: a plan without an INT2 tier, which launches no prep kernel. */
 Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip();
     tu_rng r = tu_seed();
@@ -603,6 +604,7 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
         {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
         {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
+        {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
     };
     size_t ci;
     for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
@@ -621,8 +623,8 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
         for (b = 0; b < c.B; b++) {
             const int kind = tu_int(&r, 8); /* 0: empty, 1: window only, 2: INT2 only */
-            il[b] = kind == 0 || kind == 1 ? 0 : 1 + tu_int(&r, 400);
-            wl[b] = kind == 0 || kind == 2 ? 0 : 1 + tu_int(&r, 320);
+            il[b] = kind == 0 || kind == 1 || classes[ci].B == 7 ? 0 : 1 + tu_int(&r, 400);
+            wl[b] = kind == 0 || (kind == 2 && classes[ci].B != 7) ? 0 : 1 + tu_int(&r, 320);
         }
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
