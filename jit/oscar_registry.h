@@ -92,7 +92,9 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
                  oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
         break;
-    case 3: snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d>", head_dim, oscar__int2_heads(group_ratio)); break;
+    case 3: /* the per-KV-head merge: group_ratio carries its ROWS (4, 8 or 16) */
+        snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d>", head_dim, group_ratio);
+        break;
     default: snprintf(out, cap, "oscar::decode_merge_head_kernel<%d>", head_dim); break;
     }
 }

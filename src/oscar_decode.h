@@ -240,8 +240,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || ((i == 0 || i == 2) && pl.int2_splits == 0)) continue;
-            /* the merge kernel's name takes its ROWS where the others take the ratio
-               (oscar__int2_heads maps 4, 8, 16 to themselves) */
+            /* the merge kernel's name takes its ROWS where the others take the ratio */
             oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
                                pl.group_size, pl.page_size, i == 3 ? oscar__decode_merge_rows(ctx, &pl) : ratio,
                                pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));

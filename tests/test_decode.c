@@ -596,15 +596,15 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         const char *name;
         int D, GS, ps, ratio, Hkv, B;
         oscar_scale_layout layout;
-        int rot_v;
+        int rot_v, no_int2;
     } classes[] = {
-        {"D128 r1 x 8 kv, B 509", 128, 128, 16, 1, 8, 509, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
-        {"D128 G64 P1 r3 x 4 kv, B 267", 128, 64, 1, 3, 4, 267, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1},
-        {"D128 r2 x 2 kv, B 401 (ROWS 8)", 128, 128, 16, 2, 2, 401, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
-        {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
-        {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
-        {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
-        {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
+        {"D128 r1 x 8 kv, B 509", 128, 128, 16, 1, 8, 509, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 G64 P1 r3 x 4 kv, B 267", 128, 64, 1, 3, 4, 267, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+        {"D128 r2 x 2 kv, B 401 (ROWS 8)", 128, 128, 16, 2, 2, 401, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
+        {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 1},
     };
     size_t ci;
     for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
@@ -623,8 +623,8 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
         for (b = 0; b < c.B; b++) {
             const int kind = tu_int(&r, 8); /* 0: empty, 1: window only, 2: INT2 only */
-            il[b] = kind == 0 || kind == 1 || classes[ci].B == 7 ? 0 : 1 + tu_int(&r, 400);
-            wl[b] = kind == 0 || (kind == 2 && classes[ci].B != 7) ? 0 : 1 + tu_int(&r, 320);
+            il[b] = kind == 0 || kind == 1 || classes[ci].no_int2 ? 0 : 1 + tu_int(&r, 400);
+            wl[b] = kind == 0 || (kind == 2 && !classes[ci].no_int2) ? 0 : 1 + tu_int(&r, 320);
         }
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
