@@ -611,11 +611,18 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
    hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
    otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
    2c + 1) and hi and lo are two mma into the same accumulators. */
-/* 5 CTAs per SM (<= 96 registers) where that spills nothing: HEADS 4 at D 64,
-   and at D 128 with one group per row (D 256 at 96 registers spilled ~360 B
-   and ran 302 instead of 246 us at 8 x 32K) */
+/* CTAs per SM the registers must allow: HEADS 4 at D 64: 5 (<= 96 registers,
+   no spill); at D 128 with one group per row: 4 (<= 128; the compiler takes
+   115). v6-v8 bounded the latter to 5 CTAs (96 registers, no spill); session
+   7 measured 4 faster on the H200, each with its own tuned splits, in one
+   call: 1 x 128K 51-53 -> 45-47 us, 8 x 32K 75 -> 71-73, 32 x 8K 91-92 -> 82,
+   32 x 32K 220 -> 200-203, 128 x 4K 194-195 -> 181-182; 1 x 8K and D 64 within
+   the spread (bench/results/logs/decode_v9_experiments_h200.txt). At 5 CTAs
+   the kernel is latency-bound: 4.2 warps per scheduler, 1.3 eligible, issue
+   slots 50% busy (ncu, 8 x 32K). D 256 at 96 registers spilled ~360 B and
+   ran 302 instead of 246 us at 8 x 32K: 1 (the registers decide). */
 template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS, int SCALE_LAYOUT>
-__global__ void __launch_bounds__(128, HEADS == 4 && (HEAD_DIM == 64 || (HEAD_DIM == 128 && GROUP_SIZE == 128)) ? 5 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+__global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEAD_DIM == 128 && GROUP_SIZE == 128 ? 4 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
     constexpr int HS = HEADS / 4;            /* head slots per lane */
