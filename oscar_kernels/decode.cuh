@@ -101,6 +101,43 @@ __device__ __forceinline__ void pdl_launch_next() {
 #endif
 }
 
+/* v10: per-(request, KV head) completion counters, u32 [batch][kv heads], in
+   the workspace after the split lse (the host sizes it the same way). With
+   an INT2 tier (int2_splits > 0) every INT2 and window CTA adds 1 to its
+   group's counter once its partial state is written, and the merge waits for
+   int2_splits + win_splits there instead of for the window grid's
+   completion (v2-v9: the window kernel waited for the whole INT2 grid before
+   writing, the merge for the whole window grid; a grid-completion wait costs
+   the slowest group and the release latency, twice). Known state: the prep
+   kernel zeroes its groups' counters; the INT2 CTAs trigger the next launch
+   only after their wait for prep, so every later CTA (window, merge) starts
+   after the zeroes are visible. Spinning is safe: a merge CTA starts only
+   after every INT2 and window CTA has started (each triggers or exits). */
+__device__ __forceinline__ u32 *split_counters(const oscar_decode_params &p) {
+    const i64 lse_bytes = static_cast<i64>(p.batch_size) * p.num_q_heads * (p.int2_splits + p.win_splits) * 4;
+    return reinterpret_cast<u32 *>(p.ws_lse + ((lse_bytes + 255) & ~static_cast<i64>(255)));
+}
+/* every thread's partial-state stores, then one release add for the CTA */
+__device__ __forceinline__ void signal_split_done(const oscar_decode_params &p, int b, int kvh) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 *c = split_counters(p) + static_cast<i64>(b) * p.pool.num_kv_heads + kvh;
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
+    }
+}
+/* one thread: until every split of group (b, kvh) has signalled */
+__device__ __forceinline__ void wait_splits_done(const oscar_decode_params &p, int b, int kvh) {
+    const u32 *c = split_counters(p) + static_cast<i64>(b) * p.pool.num_kv_heads + kvh;
+    const u32 target = static_cast<u32>(p.int2_splits + p.win_splits);
+    for (;;) {
+        u32 v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+        if (v >= target) break;
+        __nanosleep(64);
+    }
+}
+
 /* q scaled so that logits come out in base 2 (or in units of the soft-cap),
    as both the prep kernel (for q') and the window kernel (for q) use it. */
 __device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, int h, int d) {
@@ -412,8 +449,8 @@ struct cta_combine {
 };
 
 /* An empty split: lse = -inf so the merge skips it. */
-__device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, int b, int kvh, int split_slot) {
-    pdl_wait();
+__device__ __forceinline__ void write_empty_split(const oscar_decode_params &p, int b, int kvh, int split_slot, bool wait) {
+    if (wait) pdl_wait();
     const int r = p.group_ratio, splits = p.int2_splits + p.win_splits;
     for (int h = threadIdx.x; h < r; h += blockDim.x)
         reinterpret_cast<float *>(p.ws_lse)[(static_cast<i64>(b) * p.num_q_heads + kvh * r + h) * splits + split_slot] =
@@ -493,6 +530,8 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
 #pragma unroll
     for (int u = 0; u < F4; u++) v[u] = R ? reinterpret_cast<const float4 *>(R)[t + u * THREADS] : make_float4(0.f, 0.f, 0.f, 0.f);
     pdl_wait(); /* the previous step's merge may still read this workspace */
+    /* v10: this step's split counters of these groups start at zero */
+    if (t < nreq) split_counters(p)[static_cast<i64>(b0 + t) * p.pool.num_kv_heads + kvh] = 0u;
     /* row j = request b0 + j / r, head j % r of the group; rows up to 4 nj are
        zero (they run through the matvec's last column group) */
     for (int i = t; i < 4 * nj * D; i += THREADS) {
@@ -643,7 +682,8 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
 
     extern __shared__ __align__(16) u8 smem[];
 
-    pdl_launch_next();
+    /* v10: the next launch is triggered after the wait for prep (see
+       split_counters), not here */
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
@@ -653,7 +693,9 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     int start, end;
     split_range(len, p.int2_splits, split, TOK, p.min_chunk, start, end);
     if (start >= end) {
-        write_empty_split(p, b, kvh, split);
+        write_empty_split(p, b, kvh, split, true);
+        pdl_launch_next();
+        signal_split_done(p, b, kvh);
         return;
     }
     const int *pages = indices + indptr[b];
@@ -761,6 +803,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
        first tiles' page ids and copies (inputs only) are already in flight:
        they overlap the prep kernel's tail. */
     pdl_wait();
+    pdl_launch_next();
     u32 qf[KSI][NT][2];
     float qsum[HS][G], qinv[HS];
     {
@@ -1009,6 +1052,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     }
     __syncthreads();
     COMB::finish(smem, p, b, kvh, split);
+    signal_split_done(p, b, kvh);
 }
 
 /* ======================================================================== */
@@ -1067,8 +1111,10 @@ __global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VA
     int start, end;
     split_range(len, p.win_splits, split, TOK, p.min_chunk, start, end);
     const int slot = p.int2_splits + split;
+    const bool counted = p.int2_splits > 0; /* see split_counters */
     if (start >= end) {
-        write_empty_split(p, b, kvh, slot);
+        write_empty_split(p, b, kvh, slot, !counted);
+        if (counted) signal_split_done(p, b, kvh);
         return;
     }
     const int page0 = indptr[b];
@@ -1245,8 +1291,11 @@ __global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VA
             for (int i = 0; i < 4; i++)
                 COMB::o_of(smem, warp, nh * 8 + 2 * c + (i & 1))[16 * mt + g + 8 * (i >> 1)] = acc[mt][nh][i];
     __syncthreads();
-    pdl_wait(); /* the previous step's merge may still read this workspace */
+    /* without an INT2 tier this kernel went first: the previous step's merge
+       may still read this workspace. With one, prep waited for that merge. */
+    if (!counted) pdl_wait();
     COMB::finish(smem, p, b, kvh, slot);
+    if (counted) signal_split_done(p, b, kvh);
 }
 
 /* ======================================================================== */
@@ -1272,12 +1321,12 @@ namespace detail {
 template <int MAX_SPLITS>
 __device__ __forceinline__ void split_weights(const float *lse, int ns, float *w, float *lse_out, int lane) {
     float m = neg_inf();
-    for (int s = lane; s < ns; s += 32) m = fmaxf(m, lse[s]);
+    for (int s = lane; s < ns; s += 32) m = fmaxf(m, __ldcg(lse + s));
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     float L = 0.f;
     for (int s = lane; s < ns; s += 32) {
-        const float e = m == neg_inf() ? 0.f : ex2(lse[s] - m);
+        const float e = m == neg_inf() ? 0.f : ex2(__ldcg(lse + s) - m);
         if (s < MAX_SPLITS) w[s] = e;
         L += e;
     }
@@ -1304,7 +1353,7 @@ __device__ __forceinline__ void weighted_split_sums(const float *const (&src)[IT
             for (int u = 0; u < CHUNK; u++) {
                 const bool in = ok[it] && s0 + u < n;
                 wt[it][u] = in ? w[it][s0 + u] : 0.f;
-                v[it][u] = in ? src[it][static_cast<i64>(s0 + u) * stride] : 0.f;
+                v[it][u] = in ? __ldcg(src[it] + static_cast<i64>(s0 + u) * stride) : 0.f;
             }
 #pragma unroll
         for (int it = 0; it < ITEMS; it++)
@@ -1370,7 +1419,12 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     const int n = threadIdx.x / Q, q = threadIdx.x % Q;
     float4 rrow[PREFETCH ? PER / 4 : 1];
     const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
-    pdl_wait();
+    if (p.int2_splits > 0) { /* v10: this CTA's groups, not the window grid */
+        if (static_cast<int>(threadIdx.x) < rows / r) wait_splits_done(p, b0 + threadIdx.x, kvh);
+        __syncthreads();
+    } else {
+        pdl_wait();
+    }
     /* weights: warp per (row, part) */
     for (int job = warp; job < 2 * rows; job += WARPS) {
         const int j = job >> 1, part = job & 1;
@@ -1457,6 +1511,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
             reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
         }
     }
+    pdl_wait(); /* this grid's completion implies the window grid's */
 }
 
 /* merge, one CTA per query head (v7, used when batch x q heads fits in one
@@ -1486,10 +1541,15 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
     const int n = t >> 1, q = t & 1;
     float4 rrow[PREFETCH ? PER / 4 : 1];
     const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
-    pdl_wait();
+    const bool counted = p.int2_splits > 0; /* v10: wait per group, see split_counters */
+    if (!counted) pdl_wait();
     for (int hh = 0; hh < hpc; hh++) {
         const int h = blockIdx.y * hpc + hh;
         const i64 hrow = static_cast<i64>(b) * p.num_q_heads + h;
+        if (counted && (hh == 0 || h % p.group_ratio == 0)) {
+            if (t == 0) wait_splits_done(p, b, h / p.group_ratio);
+            __syncthreads();
+        }
         /* weights: warp 0 the INT2 splits, warp 1 the window splits */
         if (warp < 2) {
             const int part = warp;
@@ -1533,6 +1593,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
         }
         __syncthreads(); /* o_int2, wgt and lse_part are the next head's */
     }
+    pdl_wait(); /* this grid's completion implies the window grid's */
 }
 
 }  // namespace oscar

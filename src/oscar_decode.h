@@ -226,7 +226,9 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
         pl.ws_o_offset = oscar__align256(q_bytes);
     }
     pl.ws_lse_offset = pl.ws_o_offset + oscar__align256(B * Hq * splits_total * D * 4);
-    pl.workspace_bytes = pl.ws_lse_offset + oscar__align256(B * Hq * splits_total * 4);
+    /* then the split counters u32 [b][kvh] (split_counters in decode.cuh: right after the lse, 256-aligned) */
+    pl.workspace_bytes = pl.ws_lse_offset + oscar__align256(B * Hq * splits_total * 4) +
+                         oscar__align256(B * OSCAR__CAST(size_t, pl.num_kv_heads) * 4);
     if (ctx->backend == OSCAR_BACKEND_CPU) pl.workspace_bytes = 0; /* the C reference needs none */
     pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio);
     pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio);
