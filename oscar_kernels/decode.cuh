@@ -140,10 +140,14 @@ __device__ __forceinline__ void wait_splits_done(const oscar_decode_params &p, i
 
 /* q scaled so that logits come out in base 2 (or in units of the soft-cap),
    as both the prep kernel (for q') and the window kernel (for q) use it. */
-__device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, int h, int d) {
-    const float scale = p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
-    const u16 x = reinterpret_cast<const u16 *>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + d];
+__device__ __forceinline__ float q_scale(const oscar_decode_params &p) {
+    return p.logit_cap > 0.f ? p.sm_scale / p.logit_cap : p.sm_scale * 1.4426950408889634f;
+}
+__device__ __forceinline__ float q_value(const oscar_decode_params &p, u16 x, float scale) {
     return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(x) : bf16_to_f32(x)) * scale;
+}
+__device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, int h, int d) {
+    return q_value(p, reinterpret_cast<const u16 *>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + d], q_scale(p));
 }
 
 /* Workspace regions of the prepared queries (written by decode_prep_kernel,
@@ -517,7 +521,6 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     __shared__ __align__(16) float qt[D][QR];              /* q rows, transposed */
     __shared__ float qs[QR][D];                            /* q', then Q */
     __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][PARTS > 1 ? QR : 1][D];
-    __shared__ int exps[QR];
     pdl_launch_next();
     const int r = p.group_ratio, nb = p.prep_requests, kvh = blockIdx.y, t = threadIdx.x;
     const int b0 = blockIdx.x * nb, rows = min(nb, p.batch_size - b0) * r, nreq = rows / r;
@@ -534,9 +537,20 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     if (t < nreq) split_counters(p)[static_cast<i64>(b0 + t) * p.pool.num_kv_heads + kvh] = 0u;
     /* row j = request b0 + j / r, head j % r of the group; rows up to 4 nj are
        zero (they run through the matvec's last column group) */
-    for (int i = t; i < 4 * nj * D; i += THREADS) {
-        const int j = i / D, d = i % D;
-        qt[d][j] = j < rows ? q_scaled(p, b0 + j / r, kvh * r + j % r, d) : 0.f;
+    { /* v10: a thread's loads all issued before the first store (a round trip
+         each before: ~1.7 us of prep at batch 1 by a per-CTA trace) */
+        constexpr int PER_T = QR * D / THREADS; /* items per thread at most (4 nj <= QR rows) */
+        float x[PER_T];
+#pragma unroll
+        for (int u = 0; u < PER_T; u++) {
+            const int i = t + u * THREADS, j = i / D;
+            x[u] = i < 4 * nj * D && j < rows ? q_scaled(p, b0 + j / r, kvh * r + j % r, i % D) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < PER_T; u++) {
+            const int i = t + u * THREADS;
+            if (i < 4 * nj * D) qt[i % D][i / D] = x[u];
+        }
     }
     __syncthreads();
     const int n = t % D, part = t / D;
@@ -591,8 +605,34 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
         int e = 0;
         frexpf(amax, &e); /* amax < 2^e (e = 0 for 0) */
         const float S = ldexpf(1.f, 23 - e);
-        for (int d = lane; d < D; d += 32) qs[j][d] = rintf(qs[j][d] * S);
-        if (lane == 0) exps[j] = e;
+        /* v10: the row's per-group sums of Q here (a phase of its own before:
+           ~0.4-2.5 us of prep by a per-CTA trace); integers, exact in any order */
+        double gs[G];
+#pragma unroll
+        for (int grp = 0; grp < G; grp++) gs[grp] = 0.0;
+#pragma unroll
+        for (int k = 0; k < D / 32; k++) {
+            const int d = lane + 32 * k;
+            const float v = rintf(qs[j][d] * S);
+            qs[j][d] = v;
+            gs[d / GROUP_SIZE] += v;
+        }
+        const int bb = j / r, h = j % r;
+        float *sums = QW::sums(p, b0 + bb, kvh, G);
+#pragma unroll
+        for (int grp = 0; grp < G; grp++) {
+#pragma unroll
+            for (int k = 16; k > 0; k >>= 1) gs[grp] += __shfl_xor_sync(0xffffffffu, gs[grp], k);
+            if (lane == 0) sums[h * G + grp] = static_cast<float>(ldexp(gs[grp], e - 23));
+        }
+        if (lane == 0) sums[HEADS * G + h] = ldexpf(1.f, e - 29);
+    }
+    /* heads h >= r of an instantiation's HEADS: sums 0, E = 0 */
+    for (int i = t; i < nreq * (HEADS - r); i += THREADS) {
+        float *sums = QW::sums(p, b0 + i / (HEADS - r), kvh, G);
+        const int h = r + i % (HEADS - r);
+        for (int grp = 0; grp < G; grp++) sums[h * G + grp] = 0.f;
+        sums[HEADS * G + h] = ldexpf(1.f, -29);
     }
     __syncthreads();
     /* fragments of each request; heads h >= r of an instantiation's HEADS are zero */
@@ -614,23 +654,6 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
                     w[reg] |= static_cast<u32>(dg & 0xff) << (8 * e);
                 }
         QW::frags(p, b0 + bb, kvh)[f] = make_uint2(w[0], w[1]);
-    }
-    /* sums of q' per (head, group) as the digits carry it, and 1 / (64 S_h);
-       a warp per (request, head, group): a single thread walking 128 dims was
-       the prep kernel's longest chain (heads h >= r: sums 0, E = 0) */
-    for (int i = warp; i < nreq * HEADS * G; i += WARPS) {
-        const int bb = i / (HEADS * G), hg = i % (HEADS * G), h = hg / G, grp = hg % G;
-        double s = 0.0; /* integers: exact */
-        if (h < r)
-            for (int d = grp * GROUP_SIZE + lane; d < (grp + 1) * GROUP_SIZE; d += 32) s += qs[bb * r + h][d];
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-        if (lane == 0) {
-            const int e = h < r ? exps[bb * r + h] : 0;
-            float *sums = QW::sums(p, b0 + bb, kvh, G);
-            sums[hg] = static_cast<float>(ldexp(s, e - 23));
-            if (grp == 0) sums[HEADS * G + h] = ldexpf(1.f, e - 29);
-        }
     }
 }
 
@@ -1183,16 +1206,32 @@ __global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VA
        nothing an earlier kernel writes; it waits only before its own writes. */
     u32 qf[KS][NH][2][2];
     {
+        /* v10: every load of q issued before the first use (one q_scaled per
+           element loaded and converted pair by pair: 16-32 dependent round
+           trips, 5-9 us of every window CTA on the H200 by a per-CTA trace) */
+        u16 qraw[NH][KS][2][2];
 #pragma unroll
         for (int nh = 0; nh < NH; nh++) {
             const int h = nh * 8 + g, qh = kvh * r + min(h, r - 1);
-            auto qv = [&](int d) { return q_scaled(p, b, qh, d); };
+            const u16 *qrow = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + qh * p.q_head_stride;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int half = 0; half < 2; half++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) qraw[nh][ks][half][e] = qrow[16 * ks + 2 * c + 8 * half + e];
+        }
+        const float qscale = q_scale(p);
+        auto qv = [&](u16 x) { return q_value(p, x, qscale); };
+#pragma unroll
+        for (int nh = 0; nh < NH; nh++) {
+            const int h = nh * 8 + g;
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const float x0 = h < r ? qv(16 * ks + 2 * c + 8 * half) : 0.f;
-                    const float x1 = h < r ? qv(16 * ks + 2 * c + 8 * half + 1) : 0.f;
+                    const float x0 = h < r ? qv(qraw[nh][ks][half][0]) : 0.f;
+                    const float x1 = h < r ? qv(qraw[nh][ks][half][1]) : 0.f;
                     const float h0 = to_f32<KV_DTYPE>(from_f32(x0, KV_DTYPE)), h1 = to_f32<KV_DTYPE>(from_f32(x1, KV_DTYPE));
                     qf[ks][nh][0][half] = pack2<KV_DTYPE>(h0, h1);
                     qf[ks][nh][1][half] = pack2<KV_DTYPE>(x0 - h0, x1 - h1);
@@ -1320,14 +1359,24 @@ namespace detail {
    lse (base 2) of the part. */
 template <int MAX_SPLITS>
 __device__ __forceinline__ void split_weights(const float *lse, int ns, float *w, float *lse_out, int lane) {
+    /* v10: each lse read once, every load in flight together (two passes over
+       memory before; ns <= MAX_SPLITS, the plan never makes more) */
+    constexpr int PER = MAX_SPLITS / 32;
+    float v[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) v[k] = lane + 32 * k < ns ? __ldcg(lse + lane + 32 * k) : neg_inf();
     float m = neg_inf();
-    for (int s = lane; s < ns; s += 32) m = fmaxf(m, __ldcg(lse + s));
+#pragma unroll
+    for (int k = 0; k < PER; k++) m = fmaxf(m, v[k]);
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     float L = 0.f;
-    for (int s = lane; s < ns; s += 32) {
-        const float e = m == neg_inf() ? 0.f : ex2(__ldcg(lse + s) - m);
-        if (s < MAX_SPLITS) w[s] = e;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int s = lane + 32 * k;
+        if (s >= ns) break;
+        const float e = m == neg_inf() ? 0.f : ex2(v[k] - m);
+        w[s] = e;
         L += e;
     }
 #pragma unroll
@@ -1560,7 +1609,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
         /* the INT2 part in the rotated space, one dim per thread */
         if (t < D)
             o_int2[t] = lse_part[0] != neg_inf()
-                            ? weighted_split_sum<16>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
+                            ? weighted_split_sum<32>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
                             : 0.f;
         __syncthreads();
         /* o[n] = sum_d o_int2[d] * R_v[n][d]: lane q of dim n takes half the row */
