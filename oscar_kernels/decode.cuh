@@ -11,15 +11,16 @@
      decode_window_kernel<D,NH>        bf16/f16 paged tokens (sink + recent; also
                                        the BF16 baseline over a whole context);
                                        reads only inputs, so it overlaps the
-                                       INT2 tail
+                                       INT2 tier and writes without waiting
      decode_merge_kernel<D>            splits -> INT2 part @ R_v^T -> merge with
-                                       the window part -> o, lse
+                                       the window part -> o, lse; waits only for
+                                       its own groups' splits (split_counters)
    q  [batch][q heads][D] bf16|f16 (strides)       o [batch][q heads][D] bf16|f16
    INT2 pool as oscar_int2_pool_desc; pages listed per request in CSR form
    (indptr[batch+1], indices, last_page_len[batch]) as FlashInfer does; the
    window cache likewise with its own CSR table.
    workspace: q' digit fragments, group sums and scales (q_workspace), partial
-   o [b][h][splits][D] f32, lse [b][h][splits] f32.
+   o [b][h][splits][D] f32, lse [b][h][splits] f32, split counters [b][kv h] u32.
 
    The INT2 tier never dequantizes into memory or registers as values:
      s[t,h]  = sum_g scale[t,g] * (q' . codes[t, group g]) + sum_g min[t,g] * sum_{d in g} q'[h,d]
@@ -40,6 +41,12 @@
    heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
    softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v10: per-(request, KV head) split counters instead of grid-completion
+   waits between the tiers, and every load of q in flight before its first use
+   in the window kernel (a per-CTA globaltimer trace showed 5-9 us of every
+   window CTA spent on one dependent round trip per q pair); 8 x 32K 71 -> 67
+   us, 128 x 4K 182 -> 176 on the H200 (docs/decode.md).
+   v9: the INT2 kernel at D 128 / one group per row bounded to 4 CTAs per SM.
    v8: prep and merge take several requests per CTA at large batch (R read
    once for them), the merge's mat-vec reads 16 bytes at a time, window
    kernel v2 (whole-row copies; 480 -> 365 SASS per tile); 128 x 4K 230 ->
