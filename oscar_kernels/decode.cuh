@@ -1470,7 +1470,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     auto head_row = [&](int j) { return static_cast<i64>(b0 + j / r) * p.num_q_heads + kvh * r + j % r; };
     /* this lane's piece of R_v's row n, loaded before the wait (a constant
        input) where it fits in registers (D <= 128: 32 floats) */
-    constexpr bool PREFETCH = PER <= 32;
+    constexpr bool PREFETCH = PER <= 32 && ROWS < 16; /* at 16 rows the 64-register cap spilled (ncu, 128 x 4K) */
     const float *R = reinterpret_cast<const float *>(p.rot_v);
     const int n = threadIdx.x / Q, q = threadIdx.x % Q;
     float4 rrow[PREFETCH ? PER / 4 : 1];
