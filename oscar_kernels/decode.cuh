@@ -153,9 +153,6 @@ __device__ __forceinline__ float q_scale(const oscar_decode_params &p) {
 __device__ __forceinline__ float q_value(const oscar_decode_params &p, u16 x, float scale) {
     return (p.q_dtype == OSCAR_K_DTYPE_F16 ? f16_to_f32(x) : bf16_to_f32(x)) * scale;
 }
-__device__ __forceinline__ float q_scaled(const oscar_decode_params &p, int b, int h, int d) {
-    return q_value(p, reinterpret_cast<const u16 *>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + d], q_scale(p));
-}
 
 /* Workspace regions of the prepared queries (written by decode_prep_kernel,
    read by decode_int2_kernel), per (request, KV head):
@@ -547,16 +544,23 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     { /* v10: a thread's loads all issued before the first store (a round trip
          each before: ~1.7 us of prep at batch 1 by a per-CTA trace) */
         constexpr int PER_T = QR * D / THREADS; /* items per thread at most (4 nj <= QR rows) */
-        float x[PER_T];
+        /* s9: raw loads first, then one scale and the conversions (q_scaled per
+           item put the scale's division and its branches between the loads
+           and their uses: the 8 loads went out one round trip at a time) */
+        u16 raw[PER_T];
+        const u16 *qb = reinterpret_cast<const u16 *>(p.q);
 #pragma unroll
         for (int u = 0; u < PER_T; u++) {
             const int i = t + u * THREADS, j = i / D;
-            x[u] = i < 4 * nj * D && j < rows ? q_scaled(p, b0 + j / r, kvh * r + j % r, i % D) : 0.f;
+            const bool in = i < 4 * nj * D && j < rows;
+            const int jj = in ? j : 0;
+            raw[u] = in ? qb[(b0 + jj / r) * p.q_batch_stride + (kvh * r + jj % r) * p.q_head_stride + i % D] : u16(0);
         }
+        const float scale = q_scale(p);
 #pragma unroll
         for (int u = 0; u < PER_T; u++) {
             const int i = t + u * THREADS;
-            if (i < 4 * nj * D) qt[i % D][i / D] = x[u];
+            if (i < 4 * nj * D) qt[i % D][i / D] = i / D < rows ? q_value(p, raw[u], scale) : 0.f;
         }
     }
     __syncthreads();
@@ -655,9 +659,16 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
                 for (int e = 0; e < 4; e++) {
                     int quarter;
                     const int d = MAP::qk_dim(ks, 16 * reg + 4 * c + e, quarter);
+                    /* signed base-256 digits, all four branch-free (s9; a loop of
+                       `digit` steps before: lanes of a warp took different counts) */
                     int m = static_cast<int>(qs[bb * r + h][d]) * (1 << (2 * (3 - quarter)));
-                    for (int k = 0; k < digit; k++) m = (m - static_cast<signed char>(m & 0xff)) / 256; /* exact */
-                    const int dg = digit == 3 ? m : static_cast<signed char>(m & 0xff);
+                    const int d0 = static_cast<signed char>(m & 0xff);
+                    m = (m - d0) >> 8; /* exact: m - d0 is a multiple of 256 */
+                    const int d1 = static_cast<signed char>(m & 0xff);
+                    m = (m - d1) >> 8;
+                    const int d2 = static_cast<signed char>(m & 0xff);
+                    m = (m - d2) >> 8;
+                    const int dg = digit == 0 ? d0 : digit == 1 ? d1 : digit == 2 ? d2 : m;
                     w[reg] |= static_cast<u32>(dg & 0xff) << (8 * e);
                 }
         QW::frags(p, b0 + bb, kvh)[f] = make_uint2(w[0], w[1]);
