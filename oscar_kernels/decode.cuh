@@ -41,6 +41,10 @@
    heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
    softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v11: prep's q loads all in flight (raw values first, one scale; v10's
+   change there had not taken effect: SASS), and the per-head merge loads its
+   first split partials with the weights' round trip instead of three round
+   trips after it; 1 x 128K in a CUDA graph 38.7 -> 37.0 us (docs/decode.md).
    v10: per-(request, KV head) split counters instead of grid-completion
    waits between the tiers, and every load of q in flight before its first use
    in the window kernel (a per-CTA globaltimer trace showed 5-9 us of every
@@ -1428,6 +1432,36 @@ __device__ __forceinline__ void weighted_split_sums(const float *const (&src)[IT
             for (int u = 0; u < CHUNK; u++) out[it] = fmaf(wt[it][u], wt[it][u] > 0.f ? v[it][u] : 0.f, out[it]);
     }
 }
+/* The first C of n splits' values (stride apart; 0 past n), every load in
+   flight together, for weighted_split_sum_pre once the weights are known. */
+template <int C>
+__device__ __forceinline__ void prefetch_splits(const float *src, int n, int stride, float (&v)[C]) {
+#pragma unroll
+    for (int u = 0; u < C; u++) v[u] = u < n ? __ldcg(src + static_cast<i64>(u) * stride) : 0.f;
+}
+/* weighted_split_sum with the first C values already in v: the same sum in
+   the same order (splits ascending, one fmaf each), so the same bits. */
+template <int C, int CHUNK>
+__device__ __forceinline__ float weighted_split_sum_pre(const float (&v)[C], const float *src, const float *w, int n,
+                                                        int stride) {
+    float out = 0.f;
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+        const float wt = u < n ? w[u] : 0.f;
+        out = fmaf(wt, wt > 0.f ? v[u] : 0.f, out);
+    }
+    for (int s0 = C; s0 < n; s0 += CHUNK) {
+        float x[CHUNK], wt[CHUNK];
+#pragma unroll
+        for (int u = 0; u < CHUNK; u++) {
+            wt[u] = s0 + u < n ? w[s0 + u] : 0.f;
+            x[u] = s0 + u < n ? __ldcg(src + static_cast<i64>(s0 + u) * stride) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < CHUNK; u++) out = fmaf(wt[u], wt[u] > 0.f ? x[u] : 0.f, out);
+    }
+    return out;
+}
 /* A lane's piece of R_v's row n: PER floats from column q * PER, loaded into
    rrow now (before the kernel's wait: a constant input) where PREFETCH says
    it fits in registers; the pointer serves the loads otherwise. */
@@ -1438,14 +1472,6 @@ __device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int
 #pragma unroll
         for (int d4 = 0; d4 < (PREFETCH ? PER / 4 : 1); d4++) rrow[d4] = row[d4];
     return row;
-}
-template <int CHUNK>
-__device__ __forceinline__ float weighted_split_sum(const float *src, const float *w, int n, int stride) {
-    const float *const s1[1] = {src}, *const w1[1] = {w};
-    const bool ok[1] = {true};
-    float o[1];
-    weighted_split_sums<1, CHUNK>(s1, w1, ok, n, stride, o);
-    return o[0];
 }
 }  // namespace detail
 
@@ -1617,6 +1643,17 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
             if (t == 0) wait_splits_done(p, b, h / p.group_ratio);
             __syncthreads();
         }
+        /* v11: the first PRE INT2 partials of dim t (threads t < D) and the
+           first PRE_W window partials of dim n (lanes q = 0) are loaded before
+           the weights, so they share the weights' round trip (the sums were
+           three more round trips after the wait, each slow while the INT2
+           grid still streams) */
+        constexpr int PRE = 32, PRE_W = 8;
+        float pv[PRE], pw[PRE_W];
+        const float *src_i = ws_o + hrow * splits * D + (t < D ? t : 0);
+        const float *src_w = ws_o + (hrow * splits + p.int2_splits) * D + n;
+        prefetch_splits<PRE>(src_i, t < D ? p.int2_splits : 0, D, pv);
+        prefetch_splits<PRE_W>(src_w, q == 0 ? p.win_splits : 0, D, pw);
         /* weights: warp 0 the INT2 splits, warp 1 the window splits */
         if (warp < 2) {
             const int part = warp;
@@ -1626,9 +1663,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
         __syncthreads();
         /* the INT2 part in the rotated space, one dim per thread */
         if (t < D)
-            o_int2[t] = lse_part[0] != neg_inf()
-                            ? weighted_split_sum<32>(ws_o + hrow * splits * D + t, wgt[0], p.int2_splits, D)
-                            : 0.f;
+            o_int2[t] = lse_part[0] != neg_inf() ? weighted_split_sum_pre<PRE, 32>(pv, src_i, wgt[0], p.int2_splits, D) : 0.f;
         __syncthreads();
         /* o[n] = sum_d o_int2[d] * R_v[n][d]: lane q of dim n takes half the row */
         float x;
@@ -1649,8 +1684,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
             const float m = fmaxf(l1, l2);
             const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
             float win = 0.f;
-            if (w2 > 0.f)
-                win = weighted_split_sum<8>(ws_o + (hrow * splits + p.int2_splits) * D + n, wgt[1], p.win_splits, D);
+            if (w2 > 0.f) win = weighted_split_sum_pre<PRE_W, 8>(pw, src_w, wgt[1], p.win_splits, D);
             u16 *o = reinterpret_cast<u16 *>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
             o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x + w2 * win) / (w1 + w2) : 0.f, p.o_dtype);
             if (n == 0 && p.lse) {
