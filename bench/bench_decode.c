@@ -44,7 +44,7 @@ static void run_decode(void *arg, int rep) {
     a->pool->k_codes = s->kc, a->pool->v_codes = s->vc, a->pool->k_scales = s->ks, a->pool->v_scales = s->vs;
     a->win->k = s->wk, a->win->v = s->wv;
     a->rd->q = s->q;
-    BU_OK(a->ctx, oscar_decode_run(a->ctx, a->plan, a->rd, NULL));
+    BU_OK(a->ctx, oscar_decode_run(a->ctx, a->plan, a->rd, (oscar_stream)bu_stream));
 }
 static void run_floor(void *arg, int rep) {
     run_arg *a = (run_arg *)arg;
@@ -54,7 +54,7 @@ static void run_floor(void *arg, int rep) {
     for (i = 0; i < a->nptr; i++) p[i] = a->ptrs[i];
     /* the same buffers as the decode reads, in this copy */
     p[0] = s->kc, p[1] = s->vc, p[2] = s->ks, p[3] = s->vs, p[4] = s->wk, p[5] = s->wv, p[6] = s->q;
-    BU_OK(a->ctx, oscar__probe_read(a->ctx, p, a->bytes, a->nptr, a->sink, NULL));
+    BU_OK(a->ctx, oscar__probe_read(a->ctx, p, a->bytes, a->nptr, a->sink, (oscar_stream)bu_stream));
 }
 
 int main(int argc, char **argv) {
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     bu_report rep;
     char md[1024], js[2048];
     int si, i, reps = 30, warmup = 5, q_heads = 32;
-    char about[1024];
+    char about[2048];
     shape one;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
@@ -106,15 +106,19 @@ int main(int argc, char **argv) {
         "(q rotated in the kernel, the INT2 output brought back with R_v^T). Bytes = INT2 codes + scales + window "
         "K/V + q + page tables read, o written. Read floor = a kernel that only reads those bytes (16-byte loads). "
         "BF16 decode = oscar's bf16 paged decode kernel over all tokens (same pages, no rotation). Medians of 30 "
-        "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2.",
+        "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2. Direct = one oscar_decode_run "
+        "(or probe / BF16 run) per timing, host launch work included; graph = the same step captured once per input "
+        "copy into a CUDA graph and replayed, as engines run decode steps (no host work between the kernels).",
              q_heads);
     bu_report_begin(&rep, bu_copy_bandwidth_tbps(0),
                     "| batch x context | D | INT2 tokens/req | oscar INT2 decode (us) | bytes | TB/s | of copy BW | read "
-                    "floor (us) | / floor | BF16 decode (us) | speed-up vs BF16 | splits |",
+                    "floor (us) | / floor | BF16 decode (us) | speed-up vs BF16 | graph: oscar (us) | graph: read floor (us) | "
+                    "graph: / floor | graph: BF16 (us) | graph: speed-up | splits |",
                     about);
     printf("copy bandwidth %.3f TB/s\n", rep.copy_tbps);
-    printf("%-12s %4s %10s %10s %8s %7s %10s %7s %10s %8s\n", "shape", "D", "oscar us", "TB/s", "of copy", "floor us",
-           "/floor", "bf16 us", "speedup", "splits");
+    printf("%-12s %4s %10s %10s %8s %7s %10s %7s %10s %8s | %-5s %6s %6s %6s %7s %7s\n", "shape", "D", "oscar us", "TB/s",
+           "of copy", "floor us", "/floor", "bf16 us", "speedup", "splits", "graph", "oscar", "floor", "/floor", "bf16",
+           "speedup");
     for (si = 0; si < nshapes; si++) {
         const shape *S = &shapes[si];
         const int Hq = q_heads, Hkv = 8, D = S->D, wps = 16;
@@ -130,7 +134,7 @@ int main(int argc, char **argv) {
         int nsets, k;
         void *ws, *o, *rk, *rv, *sink;
         run_arg a;
-        double us, spread, floor_us, bf16_us = 0, bytes, tbps;
+        double us, spread, floor_us, bf16_us = 0, bytes, tbps, g_us, g_spread, g_floor_us, g_bf16_us = 0;
         bds_tables(&rng, S->B, L, int2_ps, &d_ip, &d_idx, &d_last, &int2_pages);
         bds_tables(&rng, S->B, W, wps, &d_wip, &d_widx, &d_wlast, &win_pages);
         pool.head_dim = D, pool.num_kv_heads = Hkv, pool.num_pages = int2_pages, pool.page_size = int2_ps;
@@ -174,6 +178,7 @@ int main(int argc, char **argv) {
         memset(&a, 0, sizeof a);
         a.ctx = ctx, a.plan = &plan, a.rd = &rd, a.pool = &pool, a.win = &win, a.sets = sets, a.nsets = nsets;
         us = bu_time_us(run_decode, &a, warmup, reps, &spread);
+        g_us = bu_time_graph_us(run_decode, &a, nsets, warmup, reps, &g_spread);
         {
             /* no NaN in the output */
             uint16_t *h = malloc(q_bytes);
@@ -193,6 +198,7 @@ int main(int argc, char **argv) {
         if (a.bytes[0] == 0) a.bytes[0] = a.bytes[1] = a.bytes[2] = a.bytes[3] = 16;
         a.sink = sink;
         floor_us = bu_time_us(run_floor, &a, warmup, reps, NULL);
+        g_floor_us = bu_time_graph_us(run_floor, &a, nsets, warmup, reps, NULL);
         bytes = (double)(a.bytes[0] + a.bytes[1] + a.bytes[2] + a.bytes[3] + a.bytes[4] + a.bytes[5] + a.bytes[6] +
                          a.bytes[7]) + (double)q_bytes;
         tbps = bytes / (us * 1e-6) / 1e12;
@@ -231,26 +237,34 @@ int main(int argc, char **argv) {
                 memset(&ba, 0, sizeof ba);
                 ba.ctx = ctx, ba.plan = &plan_bf16, ba.rd = &br, ba.pool = &bp, ba.win = &bw, ba.sets = bsets, ba.nsets = nb;
                 bf16_us = bu_time_us(run_decode, &ba, warmup, reps, NULL);
+                g_bf16_us = bu_time_graph_us(run_decode, &ba, nb, warmup, reps, NULL);
                 cudaFree(bws);
             }
             for (kb = 0; kb < nb; kb++) cudaFree(bsets[kb].wk), cudaFree(bsets[kb].wv);
             free(bsets);
             cudaFree(b_ip), cudaFree(b_idx), cudaFree(b_last);
         }
-        printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d\n", S->B, (long long)S->ctx, D, us,
-               tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us, bf16_us / us, plan.int2_splits,
-               plan.window_splits);
-        snprintf(md, sizeof md, "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %d + %d |",
+        printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d | graph %6.1f %6.1f %6.2f %7.1f %6.2fx\n",
+               S->B, (long long)S->ctx, D, us, tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us,
+               bf16_us / us, plan.int2_splits, plan.window_splits, g_us, g_floor_us, g_us / g_floor_us, g_bf16_us,
+               g_bf16_us / g_us);
+        snprintf(md, sizeof md,
+                 "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %.1f "
+                 "(spread %.1f) | %.1f | %.2f | %.1f | %.2fx | %d + %d |",
                  S->B, (long long)S->ctx, D, (long long)L, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps, floor_us,
-                 us / floor_us, bf16_us, bf16_us / us, plan.int2_splits, plan.window_splits);
+                 us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_us / g_floor_us, g_bf16_us,
+                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits);
         snprintf(js, sizeof js,
                  "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
                  "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "
                  "\"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f, \"read_floor_us\": %.2f, \"ratio_to_floor\": %.3f, "
-                 "\"bf16_time_us\": %.2f, \"speedup_vs_bf16\": %.3f, \"int2_splits\": %d, \"window_splits\": %d}",
+                 "\"bf16_time_us\": %.2f, \"speedup_vs_bf16\": %.3f, \"graph_time_us\": %.2f, \"graph_spread_us\": %.2f, "
+                 "\"graph_read_floor_us\": %.2f, \"graph_bf16_time_us\": %.2f, \"graph_speedup_vs_bf16\": %.3f, "
+                 "\"int2_splits\": %d, \"window_splits\": %d}",
                  S->B, (long long)S->ctx, D, (long long)L, (long long)W, int2_ps,
                  int2_layout == OSCAR_KV_LAYOUT_HND ? "HND" : "NHD", us, spread, bytes, tbps, tbps / rep.copy_tbps, floor_us,
-                 us / floor_us, bf16_us, bf16_us / us, plan.int2_splits, plan.window_splits);
+                 us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_bf16_us, g_bf16_us / g_us,
+                 plan.int2_splits, plan.window_splits);
         bu_report_row(&rep, md, js);
         for (k = 0; k < nsets; k++)
             cudaFree(sets[k].kc), cudaFree(sets[k].vc), cudaFree(sets[k].ks), cudaFree(sets[k].vs), cudaFree(sets[k].wk),

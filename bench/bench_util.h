@@ -68,6 +68,59 @@ static inline double bu_time_us(bu_fn fn, void *arg, int warmup, int reps, doubl
     return med;
 }
 
+/* The same timing over CUDA-graph replays, the way engines run a decode step:
+   fn(arg, v) for each v < variants is captured once into its own graph (fn
+   launches on bu_stream, which is the capture stream here and 0 elsewhere),
+   and timed rep i replays graph i % variants between two events. What this
+   removes from bu_time_us's number is the host's launch work (argument
+   checks, one driver call per kernel), which a direct run puts between the
+   GPU's kernels when the kernels are short. */
+static cudaStream_t bu_stream;
+static inline double bu_time_graph_us(bu_fn fn, void *arg, int variants, int warmup, int reps, double *spread_us) {
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t *ge = (cudaGraphExec_t *)calloc((size_t)variants, sizeof *ge);
+    cudaEvent_t a, b;
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    double med;
+    int i;
+    BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (i = 0; i < variants; i++) {
+        bu_stream = s;
+        BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        fn(arg, i);
+        BU_CUDA(cudaStreamEndCapture(s, &g));
+        bu_stream = 0;
+        BU_CUDA(cudaGraphInstantiate(&ge[i], g, 0));
+        BU_CUDA(cudaGraphDestroy(g));
+        BU_CUDA(cudaGraphUpload(ge[i], s));
+    }
+    BU_CUDA(cudaEventCreate(&a));
+    BU_CUDA(cudaEventCreate(&b));
+    /* every graph once (its first launch does one-time work), then the warm-up */
+    for (i = 0; i < variants; i++) BU_CUDA(cudaGraphLaunch(ge[i], s));
+    for (i = 0; i < warmup; i++) BU_CUDA(cudaGraphLaunch(ge[i % variants], s));
+    BU_CUDA(cudaStreamSynchronize(s));
+    for (i = 0; i < reps; i++) {
+        float ms = 0;
+        BU_CUDA(cudaEventRecord(a, s));
+        BU_CUDA(cudaGraphLaunch(ge[(warmup + i) % variants], s));
+        BU_CUDA(cudaEventRecord(b, s));
+        BU_CUDA(cudaEventSynchronize(b));
+        BU_CUDA(cudaEventElapsedTime(&ms, a, b));
+        t[i] = ms * 1e3;
+    }
+    med = bu_median(t, reps);
+    if (spread_us) *spread_us = t[(3 * reps) / 4] - t[reps / 4];
+    for (i = 0; i < variants; i++) BU_CUDA(cudaGraphExecDestroy(ge[i]));
+    free(ge);
+    free(t);
+    BU_CUDA(cudaEventDestroy(a));
+    BU_CUDA(cudaEventDestroy(b));
+    BU_CUDA(cudaStreamDestroy(s));
+    return med;
+}
+
 /* Device copy bandwidth in TB/s counting bytes read plus bytes written, from
    a device-to-device copy of `bytes` (default 1 GiB), median of 20. */
 typedef struct bu_copy_arg {
