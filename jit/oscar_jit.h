@@ -97,6 +97,14 @@ OSCAR__PRIVATE oscar_status oscar__load_cuda(oscar_ctx *ctx) {
     OSCAR__SYM(cu, cuEventSynchronize, "cuEventSynchronize", 1);
     OSCAR__SYM(cu, cuEventElapsedTime, "cuEventElapsedTime_v2", 0);
     if (!cu->cuEventElapsedTime) OSCAR__SYM(cu, cuEventElapsedTime, "cuEventElapsedTime", 1);
+    OSCAR__SYM(cu, cuStreamCreate, "cuStreamCreate", 0);
+    OSCAR__SYM(cu, cuStreamDestroy, "cuStreamDestroy_v2", 0);
+    OSCAR__SYM(cu, cuStreamBeginCapture, "cuStreamBeginCapture_v2", 0);
+    OSCAR__SYM(cu, cuStreamEndCapture, "cuStreamEndCapture", 0);
+    OSCAR__SYM(cu, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0);
+    OSCAR__SYM(cu, cuGraphLaunch, "cuGraphLaunch", 0);
+    OSCAR__SYM(cu, cuGraphExecDestroy, "cuGraphExecDestroy", 0);
+    OSCAR__SYM(cu, cuGraphDestroy, "cuGraphDestroy", 0);
     if (missing)
         return oscar__fail(NULL, OSCAR_STATUS_NO_DRIVER,
                            "oscar_setup: the CUDA driver library lacks %s (driver too old?); oscar needs CUDA 12 or later",

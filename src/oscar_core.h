@@ -63,6 +63,8 @@ typedef struct oscar__CUctx_st *oscar__CUcontext;
 typedef struct oscar__CUmod_st *oscar__CUmodule;
 typedef struct oscar__CUfunc_st *oscar__CUfunction;
 typedef struct oscar__CUevent_st *oscar__CUevent;
+typedef struct oscar__CUgraph_st *oscar__CUgraph;
+typedef struct oscar__CUgraphExec_st *oscar__CUgraphExec;
 typedef unsigned long long oscar__CUdeviceptr;
 typedef int oscar__nvrtcResult;
 typedef struct oscar__nvrtcProgram_st *oscar__nvrtcProgram;
@@ -130,6 +132,15 @@ typedef struct oscar__cuda_api {
     oscar__CUresult (*cuEventRecord)(oscar__CUevent, oscar_stream);
     oscar__CUresult (*cuEventSynchronize)(oscar__CUevent);
     oscar__CUresult (*cuEventElapsedTime)(float *, oscar__CUevent, oscar__CUevent);
+    /* optional (0 where missing): the tuner times CUDA-graph replays with them */
+    oscar__CUresult (*cuStreamCreate)(oscar_stream *, unsigned int);
+    oscar__CUresult (*cuStreamDestroy)(oscar_stream);
+    oscar__CUresult (*cuStreamBeginCapture)(oscar_stream, int);
+    oscar__CUresult (*cuStreamEndCapture)(oscar_stream, oscar__CUgraph *);
+    oscar__CUresult (*cuGraphInstantiateWithFlags)(oscar__CUgraphExec *, oscar__CUgraph, unsigned long long);
+    oscar__CUresult (*cuGraphLaunch)(oscar__CUgraphExec, oscar_stream);
+    oscar__CUresult (*cuGraphExecDestroy)(oscar__CUgraphExec);
+    oscar__CUresult (*cuGraphDestroy)(oscar__CUgraph);
 } oscar__cuda_api;
 
 typedef struct oscar__nvrtc_api {

@@ -316,6 +316,7 @@ static oscar__tune_test_hooks oscar__tune_hooks;
 static OSCAR__THREAD_LOCAL int oscar__tune_suppress;
 static OSCAR__THREAD_LOCAL int32_t oscar__tune_force_merge_rows;
 static OSCAR__THREAD_LOCAL int32_t oscar__tune_force_quant[2]; /* rows per warp, warps per CTA; 0: none */
+static OSCAR__THREAD_LOCAL oscar_stream oscar__tune_stream;      /* the stream the candidates' runs launch on */
 /* The tile of this thread's last quantize launch (the tuner reads the
    heuristic's choice from it; the tests, which tile a call took). */
 static OSCAR__THREAD_LOCAL int32_t oscar__tune_last_quant[2];
@@ -1358,28 +1359,93 @@ OSCAR__PRIVATE void oscar__tune_stats(double *t, int n, double *median, double *
 typedef struct oscar__tune_timer {
     oscar__CUevent a, b;
     int counter; /* rotates the input sets */
+    /* CUDA-graph replay (v2 of the tuner): one graph per (candidate, input
+       set), captured on first use; 0 where the driver lacks graphs or a
+       capture failed -- then each run is launched directly */
+    oscar_stream stream;
+    oscar__CUgraphExec *exec; /* [ncand][nsets] */
+    int ncand, nsets, direct;
 } oscar__tune_timer;
+
+/* The graph of run (c, set), captured on first use and launched once (its
+   first launch does one-time work). Returns 0 with *g = 0 where graphs are
+   off or this capture failed (the timer then runs everything directly). */
+OSCAR__PRIVATE oscar_status oscar__tune_graph(oscar_ctx *ctx, oscar__tune_timer *tm, oscar__tune_run_fn fn, void *user,
+                                             int c, int set, oscar__CUgraphExec *g) {
+    oscar__CUgraphExec *e;
+    oscar__CUgraph graph = 0;
+    oscar__CUresult r;
+    oscar_status st;
+    *g = 0;
+    if (tm->direct) return OSCAR_OK;
+    e = &tm->exec[OSCAR__CAST(size_t, c) * OSCAR__CAST(size_t, tm->nsets) + OSCAR__CAST(size_t, set)];
+    if (!*e) {
+        oscar__tune_stream = tm->stream;
+        r = ctx->cu.cuStreamBeginCapture(tm->stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */);
+        st = r == 0 ? fn(ctx, user, c, set) : OSCAR_OK;
+        if (r == 0) r = ctx->cu.cuStreamEndCapture(tm->stream, &graph);
+        oscar__tune_stream = 0;
+        if (st != OSCAR_OK && r == 0) r = -1; /* not capturable: it runs directly (and fails there if it fails) */
+        if (r == 0) r = ctx->cu.cuGraphInstantiateWithFlags(e, graph, 0);
+        if (graph) ctx->cu.cuGraphDestroy(graph);
+        if (r == 0) r = ctx->cu.cuGraphLaunch(*e, tm->stream);
+        if (r == 0) r = ctx->cu.cuStreamSynchronize(tm->stream);
+        if (r != 0) {
+            oscar__info(ctx, "oscar_tune: CUDA-graph capture failed (%d); timing direct runs", r);
+            if (*e) ctx->cu.cuGraphExecDestroy(*e), *e = 0;
+            tm->direct = 1;
+            return OSCAR_OK;
+        }
+    }
+    *g = *e;
+    return OSCAR_OK;
+}
+
+/* One run of candidate c on input set `set`: its graph's replay, or the run
+   itself where graphs are off. */
+OSCAR__PRIVATE oscar_status oscar__tune_run_once(oscar_ctx *ctx, oscar__tune_timer *tm, oscar__tune_run_fn fn, void *user,
+                                                int c, int set) {
+    oscar__CUgraphExec g;
+    oscar_status st = oscar__tune_graph(ctx, tm, fn, user, c, set, &g);
+    oscar__CUresult r;
+    if (st != OSCAR_OK) return st;
+    if (!g) return fn(ctx, user, c, set);
+    r = ctx->cu.cuGraphLaunch(g, tm->stream);
+    return r == 0 ? OSCAR_OK : oscar__cu_fail(ctx, r, "oscar_tune: cuGraphLaunch");
+}
 
 /* Times candidates: warmup untimed runs of each, then `reps` timed runs
    (CUDA events around each run), the candidates of `cands` taking turns run
-   by run so drift hits all alike. samples: [ncand][reps] microseconds. */
+   by run so drift hits all alike. samples: [ncand][reps] microseconds. Each
+   run is a CUDA-graph replay where the driver has graphs, the way engines
+   run a step: timed direct launches add the host's launch work between the
+   kernels, whose jitter (several us at 1 x 128K) hid real differences. */
 OSCAR__PRIVATE oscar_status oscar__tune_time(oscar_ctx *ctx, oscar__tune_timer *tm, oscar__tune_run_fn fn, void *user,
                                             const int *cands, int ncand, int nsets, int warmup, int reps, double *samples) {
     int i, c;
     oscar_status st;
+    oscar_stream s;
+    /* every graph first, so a capture that fails falls back before any timing */
     for (c = 0; c < ncand; c++)
-        for (i = 0; i < warmup; i++) {
-            st = fn(ctx, user, cands[c], tm->counter++ % nsets);
+        for (i = 0; i < nsets; i++) {
+            oscar__CUgraphExec g;
+            st = oscar__tune_graph(ctx, tm, fn, user, cands[c], i, &g);
             if (st != OSCAR_OK) return st;
         }
+    for (c = 0; c < ncand; c++)
+        for (i = 0; i < warmup; i++) {
+            st = oscar__tune_run_once(ctx, tm, fn, user, cands[c], tm->counter++ % nsets);
+            if (st != OSCAR_OK) return st;
+        }
+    s = tm->direct ? 0 : tm->stream;
     for (i = 0; i < reps; i++)
         for (c = 0; c < ncand; c++) {
             float ms = 0;
-            oscar__CUresult r = ctx->cu.cuEventRecord(tm->a, NULL);
+            oscar__CUresult r = ctx->cu.cuEventRecord(tm->a, s);
             if (r != 0) return oscar__cu_fail(ctx, r, "oscar_tune: cuEventRecord");
-            st = fn(ctx, user, cands[c], tm->counter++ % nsets);
+            st = oscar__tune_run_once(ctx, tm, fn, user, cands[c], tm->counter++ % nsets);
             if (st != OSCAR_OK) return st;
-            r = ctx->cu.cuEventRecord(tm->b, NULL);
+            r = ctx->cu.cuEventRecord(tm->b, s);
             if (r == 0) r = ctx->cu.cuEventSynchronize(tm->b);
             if (r == 0) r = ctx->cu.cuEventElapsedTime(&ms, tm->a, tm->b);
             if (r != 0) return oscar__cu_fail(ctx, r, "oscar_tune: timing with CUDA events");
@@ -1435,6 +1501,20 @@ OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_f
         st = oscar__cu_fail(ctx, r, "oscar_tune: cuEventCreate");
         goto done;
     }
+    tm.ncand = ncand, tm.nsets = nsets;
+    tm.direct = !ctx->cu.cuStreamCreate || !ctx->cu.cuStreamDestroy || !ctx->cu.cuStreamBeginCapture ||
+                !ctx->cu.cuStreamEndCapture || !ctx->cu.cuGraphInstantiateWithFlags || !ctx->cu.cuGraphLaunch ||
+                !ctx->cu.cuGraphExecDestroy || !ctx->cu.cuGraphDestroy ||
+                ctx->cu.cuStreamCreate(&tm.stream, 1 /* CU_STREAM_NON_BLOCKING */) != 0;
+    if (!tm.direct) {
+        tm.exec = OSCAR__CAST(oscar__CUgraphExec *, oscar__alloc(ctx, sizeof(oscar__CUgraphExec) * OSCAR__CAST(size_t, ncand) *
+                                                                          OSCAR__CAST(size_t, nsets)));
+        if (!tm.exec) {
+            st = oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_tune: out of host memory");
+            goto done;
+        }
+        memset(tm.exec, 0, sizeof(oscar__CUgraphExec) * OSCAR__CAST(size_t, ncand) * OSCAR__CAST(size_t, nsets));
+    }
     ok = OSCAR__CAST(int *, oscar__alloc(ctx, sizeof(int) * OSCAR__CAST(size_t, ncand)));
     samples = OSCAR__CAST(double *, oscar__alloc(ctx, sizeof(double) * OSCAR__CAST(size_t, ncand) * OSCAR__CAST(size_t, 2 * reps)));
     if (!ok || !samples) {
@@ -1481,6 +1561,13 @@ OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_f
     if (!best) out->best_us = out->def_us, out->best_iqr = out->def_iqr;
     out->best = best;
 done:
+    if (tm.exec) {
+        size_t i, n = OSCAR__CAST(size_t, ncand) * OSCAR__CAST(size_t, nsets);
+        for (i = 0; i < n; i++)
+            if (tm.exec[i]) ctx->cu.cuGraphExecDestroy(tm.exec[i]);
+        oscar__free(ctx, tm.exec);
+    }
+    if (tm.stream) ctx->cu.cuStreamDestroy(tm.stream);
     if (tm.a) ctx->cu.cuEventDestroy(tm.a);
     if (tm.b) ctx->cu.cuEventDestroy(tm.b);
     oscar__free(ctx, ok);
@@ -1543,7 +1630,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_dec_run(oscar_ctx *ctx, void *user, int 
     wpool.k = d->wk + s * d->win_bytes, wpool.v = d->wv + s * d->win_bytes;
     rd.int2_pool = &pool, rd.window_pool = d->rd.window_pool ? &wpool : NULL;
     rd.q = d->q + s * d->q_bytes;
-    for (k = 0; k < times && st == OSCAR_OK; k++) st = oscar_decode_run(ctx, &d->plans[c], &rd, NULL);
+    for (k = 0; k < times && st == OSCAR_OK; k++) st = oscar_decode_run(ctx, &d->plans[c], &rd, oscar__tune_stream);
     return st;
 }
 
@@ -1880,7 +1967,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_mrg_run(oscar_ctx *ctx, void *user, int 
         md.lse[i] = OSCAR__RCAST(const float *, m->lse + k * m->lse_bytes);
     }
     oscar__tune_force_merge_rows = m->rows_per_cta[c];
-    st = oscar_merge_states(ctx, &md, NULL);
+    st = oscar_merge_states(ctx, &md, oscar__tune_stream);
     oscar__tune_force_merge_rows = 0;
     return st;
 }
@@ -2039,7 +2126,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_qnt_run(oscar_ctx *ctx, void *user, int 
     oscar_status st;
     qd.layers = q->layers + OSCAR__CAST(size_t, set) * OSCAR__CAST(size_t, q->num_layers);
     oscar__tune_force_quant[0] = q->rows_per_warp[c], oscar__tune_force_quant[1] = q->warps_per_cta[c];
-    st = oscar_quantize_kv(ctx, &qd, NULL);
+    st = oscar_quantize_kv(ctx, &qd, oscar__tune_stream);
     oscar__tune_force_quant[0] = oscar__tune_force_quant[1] = 0;
     return st;
 }
