@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
                 tq[1].rotation < 0 ? "nothing" : tq[1].rotation == 1 ? "K" : "K and V");
     fprintf(md, " Default = the heuristic's choice; kept = the best valid candidate, kept only if its median beats the "
                 "default's by more than the larger interquartile range in an interleaved re-timing (both times below are "
-                "from that re-timing; medians of %d CUDA-event timings, inputs rotating over 2x the L2). Candidates whose "
+                "from that re-timing; medians of %d CUDA-event timings of CUDA-graph replays, one graph per candidate and input set, inputs rotating over 2x the L2). Candidates whose "
                 "output differs from the default's (decode: o > 5e-3 relative per head, lse > 1e-3; merge_states: any bit; "
                 "quantize: any bit of the codes or scales) are rejected.\n\n",
             2 * (td.repeats ? td.repeats : 15));
