@@ -83,6 +83,15 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v6: a bf16 group clipped at both ends (min -tau, max tau: almost every
+   group of a clipped row when the group is the row) takes its three code
+   thresholds from a per-CTA table by tau's mantissa, shifted by tau's
+   exponent (q_tab_entry: exact by power-of-two scaling, each entry checked
+   at both ends of its exponent range) instead of two formula evaluations
+   and the direct candidate per level: 436-437 -> 395-397 us (37% of copy),
+   256-request demotion 286 -> 256 us, smaller demotions unchanged (no
+   table below 16 steps per warp); test quantize_gpu/
+   clipped_threshold_table_bit_exact (bench/results/logs/quantize_v8_h200.txt).
    v6 attempts (quant-v6; none kept, this is v5; each timed against v5 in the
    same run, bench/results/logs/quantize_v6_experiments_h200.txt):
    - the clip threshold by a sorting network for m <= 16 (Batcher blocks of
@@ -395,6 +404,60 @@ __device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, floa
     return t | (t << 16);
 }
 
+/* The uniform code threshold of level k (1..3, a packed compare word as
+   q_threshold returns it) of a group whose min and max are -tau and tau:
+   exactly the per-group computation of quantize_kernel for mn = -tau, mx = tau. */
+template <int DT>
+__device__ __forceinline__ u32 q_clipped_threshold(float tau, int k) {
+    const float scale = __fdiv_rn(fmaxf(__fsub_rn(tau, -tau), 1e-8f), 3.0f);
+    const float zero = __fdiv_rn(tau, scale);
+    q_formula f;
+    f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
+    return q_threshold<DT>(f, static_cast<float>(k), __fmaf_rn(static_cast<float>(k) - 0.5f, scale, -tau),
+                           q_direct_candidate<DT>(scale, zero, k), q_ord(from_f32(-tau, DT)), q_ord(from_f32(tau, DT)));
+}
+
+/* v6: the thresholds of a bf16 group clipped at both ends depend only on
+   tau's mantissa. With mn = -tau, mx = tau: 2 tau is exact, scale = RN(2 tau
+   / 3) and zero = RN(tau / scale) scale with tau by any power of two (zero
+   does not change), and so does RN(v / scale) for v scaled alike; so while
+   every value involved is a normal number and 2 tau > 1e-8 (the floor of
+   max - min), tau * 2^j has the thresholds of tau, each times 2^j. The table
+   holds, per mantissa m (tau = 1.m), the three threshold words computed in
+   full at tau in [1, 2); an entry is used only if the same computation at
+   tau * 2^-25 and tau * 2^60 gives the shifted words (checked when the table
+   is built) and tau's exponent is in that range (Q_TAB_EMIN..Q_TAB_EMAX:
+   2 tau >= 2^-24 > 1e-8; a threshold's magnitude, at least 2^-70 at
+   [1, 2), stays >= 2^-95, normal). Entry bits 0-15 the threshold, bit 16
+   set when usable; markers (+-inf: no value / every value reaches) do not
+   shift. */
+constexpr int Q_TAB_EMIN = 127 - 25, Q_TAB_EMAX = 127 + 60;
+__device__ __forceinline__ u32 q_tab_shift(u32 t, int de) {
+    const u32 mag = t & 0x7fffu;
+    if (mag >= 0x7f80u || mag == 0u) return t; /* markers (and zeros: never usable) */
+    return (t & 0x8000u) | (mag + static_cast<u32>(de * 128));
+}
+/* Not inlined, one copy of the threshold code in a loop: the kernel's hot
+   path stays as small as before (inlined three times, the 1- and 32-request
+   demotions ran 1.3-2 us slower). */
+__device__ __noinline__ u32 q_tab_entry(int m, int k) {
+    u32 t = 0u;
+    bool ok = true;
+#pragma unroll 1
+    for (int i = 0; i < 3; i++) {
+        const int e = i == 0 ? 127 : i == 1 ? Q_TAB_EMIN : Q_TAB_EMAX;
+        const u32 x = q_clipped_threshold<OSCAR_K_DTYPE_BF16>(bf16_to_f32(static_cast<u16>((e << 7) | m)), k + 1) & 0xffffu;
+        if (i == 0) {
+            t = x;
+            const u32 mag = t & 0x7fffu;
+            ok = mag >= 0x7f80u || mag >= ((127u - 70u) << 7); /* a marker, or |t| >= 2^-70 (not 0) */
+        } else {
+            ok = ok && x == q_tab_shift(t, e - 127);
+        }
+    }
+    return t | (ok ? 0x10000u : 0u);
+}
+
 constexpr int Q_SLOT_RING = 3 * 32 * 16; /* per warp: 3 steps x 32 lanes x (src, dst slot) */
 
 /* 4- or 8-byte global -> shared copy (slot ids) */
@@ -584,6 +647,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             }
         }
     }
+    /* v6: the clipped groups' threshold table (bf16, uniform, clip on), built
+       once per CTA where its warps have 16 steps or more each (~2 us per CTA:
+       with 4 steps per warp, the 32-request demotion was 2 us slower) */
+    constexpr bool TAB = SRC_DTYPE != OSCAR_K_DTYPE_F16;
+    __shared__ u32 q_tab[TAB ? 128 * 3 : 1];
+    const bool use_tab = TAB && clip_index >= 0 && !p.lloyd_max && steps >= 16 * stride;
+    if (use_tab)
+        for (int i = threadIdx.x; i < 128 * 3; i += WARPS * 32) q_tab[i] = q_tab_entry(i / 3, i % 3);
     __syncthreads();
 
     for (int ring = 0; step < steps; step += stride, ring = ring == 2 ? 0 : ring + 1) {
@@ -846,6 +917,17 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
                 const float zero = __fdiv_rn(-mn, scale);
                 store_scale(lg, scale, zero, mn);
+                if (use_tab && mn == -tau && mx == tau) {
+                    const u32 tb = __float_as_uint(tau) >> 16, e = tb >> 7, m = tb & 127u;
+                    const u32 e0 = q_tab[m * 3], e1 = q_tab[m * 3 + 1], e2 = q_tab[m * 3 + 2];
+                    if (e >= static_cast<u32>(Q_TAB_EMIN) && e <= static_cast<u32>(Q_TAB_EMAX) && (e0 & e1 & e2 & 0x10000u)) {
+                        const int de = static_cast<int>(e) - 127;
+                        const u32 t0 = q_tab_shift(e0 & 0xffffu, de), t1 = q_tab_shift(e1 & 0xffffu, de),
+                                  t2 = q_tab_shift(e2 & 0xffffu, de);
+                        thr[lg][0] = t0 | (t0 << 16), thr[lg][1] = t1 | (t1 << 16), thr[lg][2] = t2 | (t2 << 16);
+                        continue;
+                    }
+                }
                 f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
                 const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
                 /* rolled: one copy of the search per group keeps the code small */
