@@ -83,8 +83,9 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
-   v6: a bf16 group clipped at both ends (min -tau, max tau: almost every
-   group of a clipped row when the group is the row) takes its three code
+   v8 (after the v6 and v7 attempts below): a bf16 group clipped at both
+   ends (min -tau, max tau: almost every group of a clipped row when the
+   group is the row) takes its three code
    thresholds from a per-CTA table by tau's mantissa, shifted by tau's
    exponent (q_tab_entry: exact by power-of-two scaling, each entry checked
    at both ends of its exponent range) instead of two formula evaluations
@@ -92,7 +93,7 @@
    256-request demotion 286 -> 256 us, smaller demotions unchanged (no
    table below 16 steps per warp); test quantize_gpu/
    clipped_threshold_table_bit_exact (bench/results/logs/quantize_v8_h200.txt).
-   v6 attempts (quant-v6; none kept, this is v5; each timed against v5 in the
+   v6 attempts (quant-v6; none kept; each timed against v5 in the
    same run, bench/results/logs/quantize_v6_experiments_h200.txt):
    - the clip threshold by a sorting network for m <= 16 (Batcher blocks of
      8 or 16 words, top-K merges, exact, GPU-tested): 471.7 vs 438.1 us. It
@@ -417,7 +418,7 @@ __device__ __forceinline__ u32 q_clipped_threshold(float tau, int k) {
                            q_direct_candidate<DT>(scale, zero, k), q_ord(from_f32(-tau, DT)), q_ord(from_f32(tau, DT)));
 }
 
-/* v6: the thresholds of a bf16 group clipped at both ends depend only on
+/* v8: the thresholds of a bf16 group clipped at both ends depend only on
    tau's mantissa. With mn = -tau, mx = tau: 2 tau is exact, scale = RN(2 tau
    / 3) and zero = RN(tau / scale) scale with tau by any power of two (zero
    does not change), and so does RN(v / scale) for v scaled alike; so while
@@ -647,7 +648,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             }
         }
     }
-    /* v6: the clipped groups' threshold table (bf16, uniform, clip on), built
+    /* v8: the clipped groups' threshold table (bf16, uniform, clip on), built
        once per CTA where its warps have 16 steps or more each (~2 us per CTA:
        with 4 steps per warp, the 32-request demotion was 2 us slower) */
     constexpr bool TAB = SRC_DTYPE != OSCAR_K_DTYPE_F16;

@@ -588,7 +588,7 @@ Test(quantize_gpu, clip_selection_edges_bit_exact, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
-/* quantize.cuh v6 takes the code thresholds of a bf16 group clipped at both
+/* quantize.cuh v8 takes the code thresholds of a bf16 group clipped at both
    ends from a per-CTA table by tau's mantissa, shifted by its exponent, where
    each warp has several steps (one CTA here). Rows times powers of two from
    2^-40 to 2^70 put tau inside and outside the table's exponent range, group =
