@@ -281,3 +281,62 @@ Test(quantize_thresh, exhaustive_scans) {
                n, nocand);
     }
 }
+
+/* quantize.cuh v8's table (q_tab_entry, q_tab_shift): a bf16 group clipped at
+   both ends (min -tau, max tau) takes its thresholds from an entry computed at
+   tau in [1, 2) with tau's mantissa, shifted by tau's exponent, where the entry
+   is usable (a marker, or a threshold >= 2^-70 that reappears shifted at
+   exponents 2^-25 and 2^60) and tau's exponent lies in that range. Here, with
+   the reference formula: for every bf16 tau of that range, the shifted
+   usable entry equals the reference thresholds -- the premise of the table,
+   checked exhaustively rather than on the GPU tests' random rows. Words as
+   q_threshold makes them on sm_90: -inf (0xFF80) when -tau itself reaches the
+   level, +inf (0x7F80) when tau does not, else the threshold's bf16 pattern. */
+static uint32_t table_shift(uint32_t t, int de) {
+    const uint32_t mag = t & 0x7fffu;
+    if (mag >= 0x7f80u || mag == 0u) return t;
+    return (t & 0x8000u) | (mag + (uint32_t)(de * 128));
+}
+static void clipped_words(uint32_t h, uint32_t w[3]) {
+    const int dt = OSCAR_K_DTYPE_BF16;
+    const float tau = oscar__to_f32((uint16_t)h, dt), scale = fmaxf(tau - -tau, 1e-8f) / 3.0f, zero = -(-tau) / scale;
+    const uint32_t lo = t_ord(h | 0x8000u), hi = t_ord(h);
+    int k;
+    for (k = 1; k <= 3; k++) {
+        const uint32_t b = ref_threshold(scale, zero, k, dt, lo, hi);
+        w[k - 1] = b == lo ? 0xFF80u : b > hi ? 0x7F80u : t_unord(b);
+    }
+}
+Test(quantize_thresh, clipped_table_scales_with_tau_exponent) {
+    const int emin = 127 - 25, emax = 127 + 60; /* Q_TAB_EMIN, Q_TAB_EMAX */
+    long usable = 0, checked = 0, markers = 0;
+    uint32_t m;
+    for (m = 0; m < 128; m++) {
+        uint32_t base[3], lo[3], hi[3], e;
+        int k, ok[3];
+        clipped_words((127u << 7) | m, base);
+        clipped_words(((uint32_t)emin << 7) | m, lo);
+        clipped_words(((uint32_t)emax << 7) | m, hi);
+        for (k = 0; k < 3; k++) {
+            const uint32_t mag = base[k] & 0x7fffu;
+            ok[k] = (mag >= 0x7f80u || mag >= ((127u - 70u) << 7)) && lo[k] == table_shift(base[k], emin - 127) &&
+                    hi[k] == table_shift(base[k], emax - 127);
+            usable += ok[k], markers += ok[k] && mag >= 0x7f80u;
+        }
+        if (!(ok[0] && ok[1] && ok[2])) continue; /* the kernel then computes the group's thresholds in full */
+        for (e = (uint32_t)emin; e <= (uint32_t)emax; e++) {
+            uint32_t w[3];
+            clipped_words((e << 7) | m, w);
+            for (k = 0; k < 3; k++) {
+                cr_assert_eq(w[k], table_shift(base[k], (int)e - 127),
+                             "tau 0x%04x level %d: reference threshold %04x, table %04x", (e << 7) | m, k + 1, w[k],
+                             table_shift(base[k], (int)e - 127));
+                checked++;
+            }
+        }
+    }
+    printf("clipped-group table: %ld of 384 entries usable (%ld markers), %ld thresholds over 2^-25..2^60 equal the "
+           "reference\n",
+           usable, markers, checked);
+    cr_assert(usable >= 300, "most entries usable (%ld of 384)", usable);
+}
