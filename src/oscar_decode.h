@@ -80,9 +80,14 @@ OSCAR__PRIVATE void oscar__window_validate(oscar__validator *v, const oscar_wind
    waves = ceil(CTAs / resident CTAs) with the kernel's measured occupancy
    (cuOccupancyMaxActiveBlocksPerMultiprocessor; 4 per SM when it cannot be
    asked) and C = 128 tokens stands for a CTA's fixed cost (q fragments,
-   pipeline fill, the combine). v1-v3 aimed at 4 CTAs per SM in all, which
-   put 32 x 32K at 768 CTAs = 1.16 waves of the 5-per-SM PACK kernel. Each
-   split keeps >= 256 tokens; at most 128 splits. */
+   pipeline fill, the combine), plus 32 tokens per split for the merge's
+   work per split (session 9: without it, batch 1 took every slot -- 66
+   splits at 1 x 32K and 1 x 128K, measured 27.9 and 43.5 us in CUDA-graph
+   replay on the H200 against 21.2 and 36.9 with the 32 and 64 this term
+   picks, the graph-timed tuner's choices; bench/results/logs/
+   decode_v11_h200.txt). v1-v3 aimed at 4 CTAs per SM in all, which put 32
+   x 32K at 768 CTAs = 1.16 waves of the 5-per-SM PACK kernel. Each split
+   keeps >= 256 tokens; at most 128 splits. */
 /* The merge kernel a plan uses: one CTA per query head (decode_merge_head_kernel)
    when batch x q heads fits in one wave of CTAs, else one per KV head doing its
    group (decode_merge_kernel, which reads R_v once per group). Decided from the
@@ -135,7 +140,8 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     for (s = 1; s <= cap; s++) {
         const int64_t waves = (base * s + slots - 1) / slots;
-        const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128);
+        const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128) +
+                            OSCAR__CAST(double, 32 * s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
