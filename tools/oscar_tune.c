@@ -354,12 +354,14 @@ int main(int argc, char **argv) {
                 tq[1].rotation < 0 ? "nothing" : tq[1].rotation == 1 ? "K" : "K and V");
     fprintf(md, " Default = the heuristic's choice; kept = the best valid candidate, kept only if its median beats the "
                 "default's by more than the larger interquartile range in an interleaved re-timing (both times below are "
-                "from that re-timing; medians of %d CUDA-event timings of CUDA-graph replays, one graph per candidate and input set, inputs rotating over 2x the L2). Candidates whose "
+                "from that re-timing; medians of %d CUDA-event timings, of CUDA-graph replays (one graph per candidate and "
+                "input set) where the timing column says graph, else of direct launches; inputs rotating over 2x the L2). "
+                "Candidates whose "
                 "output differs from the default's (decode: o > 5e-3 relative per head, lse > 1e-3; merge_states: any bit; "
                 "quantize: any bit of the codes or scales) are rejected.\n\n",
             2 * (td.repeats ? td.repeats : 15));
     fprintf(md, "| family | shape | bucket | default | default (us) | kept | kept (us) | speedup | candidates | rejected | "
-                "seconds |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "timing | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     fprintf(js, "{\n  \"bench\": \"tune\",\n  \"gpu\": ");
     json_string(js, ci.device_name);
     fprintf(js, ",\n  \"num_sms\": %d,\n  \"sm\": %d,\n  \"nvrtc\": \"%d.%d\",\n  \"oscar\": \"%s\",\n  \"date\": \"%s\",\n"
@@ -371,10 +373,10 @@ int main(int argc, char **argv) {
     fprintf(js, ",\n  \"tuning_seconds\": %.2f,\n  \"rows\": [\n", total_s);
     for (i = 0; i < nrows; i++) {
         const oscar_tune_report *r = rows[i].rep;
-        fprintf(md, "| %s | %s | `%s` | %s | %.1f (IQR %.1f) | %s | %.1f (IQR %.1f) | %.3fx | %d | %d%s%s | %.1f |\n",
+        fprintf(md, "| %s | %s | `%s` | %s | %.1f (IQR %.1f) | %s | %.1f (IQR %.1f) | %.3fx | %d | %d%s%s | %s | %.1f |\n",
                 rows[i].family, rows[i].shape, r->key, r->default_params, r->default_us, r->default_spread_us, r->params,
                 r->tuned_us, r->tuned_spread_us, r->default_us / r->tuned_us, r->num_candidates, r->num_rejected,
-                r->rejected[0] ? ": " : "", r->rejected, r->seconds);
+                r->rejected[0] ? ": " : "", r->rejected, r->graph_timed ? "graph" : "direct", r->seconds);
         fprintf(js, "%s    {\"family\": \"%s\", \"shape\": ", i ? ",\n" : "", rows[i].family);
         json_string(js, rows[i].shape);
         fprintf(js, ", \"bucket\": ");
@@ -388,7 +390,7 @@ int main(int argc, char **argv) {
                 r->tuned_us, r->tuned_spread_us, r->default_us / r->tuned_us, r->improved ? "true" : "false",
                 r->num_candidates, r->num_rejected);
         json_string(js, r->rejected);
-        fprintf(js, ", \"seconds\": %.2f}", r->seconds);
+        fprintf(js, ", \"timing\": \"%s\", \"seconds\": %.2f}", r->graph_timed ? "graph" : "direct", r->seconds);
     }
     fprintf(js, "\n  ]\n}\n");
     fclose(md);

@@ -1464,6 +1464,7 @@ typedef int (*oscar__tune_check_fn)(oscar_ctx *ctx, void *user, int candidate, c
 typedef struct oscar__tune_outcome {
     int best;       /* candidate index kept (0 = the default) */
     int num_valid, num_rejected;
+    int graph_timed; /* the timer replayed graphs (oscar__tune_timer.direct stayed 0) */
     double def_us, def_iqr, best_us, best_iqr;
     char rejected[256];
 } oscar__tune_outcome;
@@ -1478,6 +1479,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_finish_shape(oscar_ctx *ctx, const char 
     rep->default_us = oc->def_us, rep->default_spread_us = oc->def_iqr;
     rep->tuned_us = oc->best_us, rep->tuned_spread_us = oc->best_iqr;
     rep->num_candidates = oc->num_valid, rep->num_rejected = oc->num_rejected, rep->improved = oc->best != 0;
+    rep->graph_timed = oc->graph_timed;
     snprintf(rep->params, sizeof rep->params, "%s", labels[oc->best]);
     snprintf(rep->rejected, sizeof rep->rejected, "%s", oc->rejected);
     rep->seconds = (oscar__now_ms() - t0) * 1e-3;
@@ -1560,6 +1562,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_f
     }
     if (!best) out->best_us = out->def_us, out->best_iqr = out->def_iqr;
     out->best = best;
+    out->graph_timed = !tm.direct;
 done:
     if (tm.exec) {
         size_t i, n = OSCAR__CAST(size_t, ncand) * OSCAR__CAST(size_t, nsets);

@@ -103,6 +103,7 @@ typedef struct oscar_tune_report {
     int32_t num_candidates;   /* valid candidates checked (the default included) */
     int32_t num_rejected;     /* candidates whose output differed from the default's */
     int32_t improved;         /* 1: a candidate beat the default by more than the spread */
+    int32_t graph_timed;      /* 1: timed as CUDA-graph replays; 0: direct launches (no graph API, or a capture failed) */
     char rejected[256];       /* which, and by how much ("" when none) */
     double seconds;           /* wall time of this shape (inputs, compile, checks, timing) */
 } oscar_tune_report;
