@@ -38,6 +38,10 @@ static inline double bu_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The stream the timed functions launch on and the events are recorded on:
+   0, except while bu_time_graph_us captures and replays its graphs. */
+static cudaStream_t bu_stream;
+
 /* Times fn(arg, rep) with CUDA events: `warmup` untimed calls, then `reps`
    timed calls one by one; returns the median in microseconds, and the
    spread (max-min over the middle half) in *spread_us if non-NULL. */
@@ -53,9 +57,9 @@ static inline double bu_time_us(bu_fn fn, void *arg, int warmup, int reps, doubl
     BU_CUDA(cudaDeviceSynchronize());
     for (i = 0; i < reps; i++) {
         float ms = 0;
-        BU_CUDA(cudaEventRecord(a, 0));
+        BU_CUDA(cudaEventRecord(a, bu_stream));
         fn(arg, warmup + i);
-        BU_CUDA(cudaEventRecord(b, 0));
+        BU_CUDA(cudaEventRecord(b, bu_stream));
         BU_CUDA(cudaEventSynchronize(b));
         BU_CUDA(cudaEventElapsedTime(&ms, a, b));
         t[i] = ms * 1e3;
@@ -70,53 +74,42 @@ static inline double bu_time_us(bu_fn fn, void *arg, int warmup, int reps, doubl
 
 /* The same timing over CUDA-graph replays, the way engines run a decode step:
    fn(arg, v) for each v < variants is captured once into its own graph (fn
-   launches on bu_stream, which is the capture stream here and 0 elsewhere),
-   and timed rep i replays graph i % variants between two events. What this
-   removes from bu_time_us's number is the host's launch work (argument
-   checks, one driver call per kernel), which a direct run puts between the
-   GPU's kernels when the kernels are short. */
-static cudaStream_t bu_stream;
+   launches on bu_stream, the capture stream here), each graph is uploaded and
+   launched once (its first launch does one-time work), and bu_time_us times
+   rep i as a replay of graph i % variants on that stream. What this removes
+   from bu_time_us's direct number is the host's launch work (argument checks,
+   one driver call per kernel), which a direct run puts between the GPU's
+   kernels when the kernels are short. */
+typedef struct bu_graphs {
+    cudaGraphExec_t *ge;
+    int variants;
+} bu_graphs;
+static inline void bu_graph_replay(void *arg, int rep) {
+    const bu_graphs *g = (const bu_graphs *)arg;
+    BU_CUDA(cudaGraphLaunch(g->ge[rep % g->variants], bu_stream));
+}
 static inline double bu_time_graph_us(bu_fn fn, void *arg, int variants, int warmup, int reps, double *spread_us) {
     cudaStream_t s;
     cudaGraph_t g;
-    cudaGraphExec_t *ge = (cudaGraphExec_t *)calloc((size_t)variants, sizeof *ge);
-    cudaEvent_t a, b;
-    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    bu_graphs gr;
     double med;
     int i;
+    gr.ge = (cudaGraphExec_t *)calloc((size_t)variants, sizeof *gr.ge), gr.variants = variants;
     BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bu_stream = s;
     for (i = 0; i < variants; i++) {
-        bu_stream = s;
         BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         fn(arg, i);
         BU_CUDA(cudaStreamEndCapture(s, &g));
-        bu_stream = 0;
-        BU_CUDA(cudaGraphInstantiate(&ge[i], g, 0));
+        BU_CUDA(cudaGraphInstantiate(&gr.ge[i], g, 0));
         BU_CUDA(cudaGraphDestroy(g));
-        BU_CUDA(cudaGraphUpload(ge[i], s));
+        BU_CUDA(cudaGraphUpload(gr.ge[i], s));
+        BU_CUDA(cudaGraphLaunch(gr.ge[i], s));
     }
-    BU_CUDA(cudaEventCreate(&a));
-    BU_CUDA(cudaEventCreate(&b));
-    /* every graph once (its first launch does one-time work), then the warm-up */
-    for (i = 0; i < variants; i++) BU_CUDA(cudaGraphLaunch(ge[i], s));
-    for (i = 0; i < warmup; i++) BU_CUDA(cudaGraphLaunch(ge[i % variants], s));
-    BU_CUDA(cudaStreamSynchronize(s));
-    for (i = 0; i < reps; i++) {
-        float ms = 0;
-        BU_CUDA(cudaEventRecord(a, s));
-        BU_CUDA(cudaGraphLaunch(ge[(warmup + i) % variants], s));
-        BU_CUDA(cudaEventRecord(b, s));
-        BU_CUDA(cudaEventSynchronize(b));
-        BU_CUDA(cudaEventElapsedTime(&ms, a, b));
-        t[i] = ms * 1e3;
-    }
-    med = bu_median(t, reps);
-    if (spread_us) *spread_us = t[(3 * reps) / 4] - t[reps / 4];
-    for (i = 0; i < variants; i++) BU_CUDA(cudaGraphExecDestroy(ge[i]));
-    free(ge);
-    free(t);
-    BU_CUDA(cudaEventDestroy(a));
-    BU_CUDA(cudaEventDestroy(b));
+    med = bu_time_us(bu_graph_replay, &gr, warmup, reps, spread_us);
+    bu_stream = 0;
+    for (i = 0; i < variants; i++) BU_CUDA(cudaGraphExecDestroy(gr.ge[i]));
+    free(gr.ge);
     BU_CUDA(cudaStreamDestroy(s));
     return med;
 }

@@ -1364,7 +1364,7 @@ typedef struct oscar__tune_timer {
        capture failed -- then each run is launched directly */
     oscar_stream stream;
     oscar__CUgraphExec *exec; /* [ncand][nsets] */
-    int ncand, nsets, direct;
+    int nsets, direct;
 } oscar__tune_timer;
 
 /* The graph of run (c, set), captured on first use and launched once (its
@@ -1503,7 +1503,7 @@ OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_f
         st = oscar__cu_fail(ctx, r, "oscar_tune: cuEventCreate");
         goto done;
     }
-    tm.ncand = ncand, tm.nsets = nsets;
+    tm.nsets = nsets;
     tm.direct = !ctx->cu.cuStreamCreate || !ctx->cu.cuStreamDestroy || !ctx->cu.cuStreamBeginCapture ||
                 !ctx->cu.cuStreamEndCapture || !ctx->cu.cuGraphInstantiateWithFlags || !ctx->cu.cuGraphLaunch ||
                 !ctx->cu.cuGraphExecDestroy || !ctx->cu.cuGraphDestroy ||
