@@ -1407,16 +1407,16 @@ __device__ __forceinline__ void split_weights(const float *lse, int ns, float *w
     for (int s = lane; s < ns && s < MAX_SPLITS; s += 32) w[s] = L > 0.f ? w[s] / L : 0.f;
     if (lane == 0) *lse_out = L > 0.f ? m + __log2f(L) : neg_inf();
 }
-/* ITEMS independent sums of this kind, every load of a chunk of every item in
-   flight together (v8: the merge's items ran one after another, a round trip
-   each); an item with ok = false sums nothing. Each sum adds its splits in
-   order, whatever ITEMS and CHUNK: results do not depend on them. */
+/* ITEMS independent sums of this kind over splits s_begin..n-1 added to out,
+   every load of a chunk of every item in flight together (v8: the merge's
+   items ran one after another, a round trip each); an item with ok = false
+   adds nothing. Each sum adds its splits in order, whatever ITEMS and CHUNK:
+   results do not depend on them. */
 template <int ITEMS, int CHUNK>
-__device__ __forceinline__ void weighted_split_sums(const float *const (&src)[ITEMS], const float *const (&w)[ITEMS],
-                                                    const bool (&ok)[ITEMS], int n, int stride, float (&out)[ITEMS]) {
-#pragma unroll
-    for (int it = 0; it < ITEMS; it++) out[it] = 0.f;
-    for (int s0 = 0; s0 < n; s0 += CHUNK) {
+__device__ __forceinline__ void weighted_split_sums_from(int s_begin, const float *const (&src)[ITEMS],
+                                                         const float *const (&w)[ITEMS], const bool (&ok)[ITEMS], int n,
+                                                         int stride, float (&out)[ITEMS]) {
+    for (int s0 = s_begin; s0 < n; s0 += CHUNK) {
         float v[ITEMS][CHUNK], wt[ITEMS][CHUNK];
 #pragma unroll
         for (int it = 0; it < ITEMS; it++)
@@ -1432,6 +1432,13 @@ __device__ __forceinline__ void weighted_split_sums(const float *const (&src)[IT
             for (int u = 0; u < CHUNK; u++) out[it] = fmaf(wt[it][u], wt[it][u] > 0.f ? v[it][u] : 0.f, out[it]);
     }
 }
+template <int ITEMS, int CHUNK>
+__device__ __forceinline__ void weighted_split_sums(const float *const (&src)[ITEMS], const float *const (&w)[ITEMS],
+                                                    const bool (&ok)[ITEMS], int n, int stride, float (&out)[ITEMS]) {
+#pragma unroll
+    for (int it = 0; it < ITEMS; it++) out[it] = 0.f;
+    weighted_split_sums_from<ITEMS, CHUNK>(0, src, w, ok, n, stride, out);
+}
 /* The first C of n splits' values (stride apart; 0 past n), every load in
    flight together, for weighted_split_sum_pre once the weights are known. */
 template <int C>
@@ -1439,28 +1446,21 @@ __device__ __forceinline__ void prefetch_splits(const float *src, int n, int str
 #pragma unroll
     for (int u = 0; u < C; u++) v[u] = u < n ? __ldcg(src + static_cast<i64>(u) * stride) : 0.f;
 }
-/* weighted_split_sum with the first C values already in v: the same sum in
-   the same order (splits ascending, one fmaf each), so the same bits. */
+/* One weighted split sum with the first C values already in v: the same sum
+   in the same order (splits ascending, one fmaf each), so the same bits. */
 template <int C, int CHUNK>
 __device__ __forceinline__ float weighted_split_sum_pre(const float (&v)[C], const float *src, const float *w, int n,
                                                         int stride) {
-    float out = 0.f;
+    const float *const s1[1] = {src}, *const w1[1] = {w};
+    const bool ok[1] = {true};
+    float out[1] = {0.f};
 #pragma unroll
     for (int u = 0; u < C; u++) {
         const float wt = u < n ? w[u] : 0.f;
-        out = fmaf(wt, wt > 0.f ? v[u] : 0.f, out);
+        out[0] = fmaf(wt, wt > 0.f ? v[u] : 0.f, out[0]);
     }
-    for (int s0 = C; s0 < n; s0 += CHUNK) {
-        float x[CHUNK], wt[CHUNK];
-#pragma unroll
-        for (int u = 0; u < CHUNK; u++) {
-            wt[u] = s0 + u < n ? w[s0 + u] : 0.f;
-            x[u] = s0 + u < n ? __ldcg(src + static_cast<i64>(s0 + u) * stride) : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < CHUNK; u++) out = fmaf(wt[u], wt[u] > 0.f ? x[u] : 0.f, out);
-    }
-    return out;
+    weighted_split_sums_from<1, CHUNK>(C, s1, w1, ok, n, stride, out);
+    return out[0];
 }
 /* A lane's piece of R_v's row n: PER floats from column q * PER, loaded into
    rrow now (before the kernel's wait: a constant input) where PREFETCH says
