@@ -405,13 +405,19 @@ __device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, floa
     return t | (t << 16);
 }
 
+/* The uniform scale and zero point of a group with min mn and max mx, as the
+   reference computes them. */
+__device__ __forceinline__ void q_uniform_scale_zero(float mn, float mx, float &scale, float &zero) {
+    scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
+    zero = __fdiv_rn(-mn, scale);
+}
 /* The uniform code threshold of level k (1..3, a packed compare word as
    q_threshold returns it) of a group whose min and max are -tau and tau:
    exactly the per-group computation of quantize_kernel for mn = -tau, mx = tau. */
 template <int DT>
 __device__ __forceinline__ u32 q_clipped_threshold(float tau, int k) {
-    const float scale = __fdiv_rn(fmaxf(__fsub_rn(tau, -tau), 1e-8f), 3.0f);
-    const float zero = __fdiv_rn(tau, scale);
+    float scale, zero;
+    q_uniform_scale_zero(-tau, tau, scale, zero);
     q_formula f;
     f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
     return q_threshold<DT>(f, static_cast<float>(k), __fmaf_rn(static_cast<float>(k) - 0.5f, scale, -tau),
@@ -915,8 +921,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll
             for (int lg = 0; lg < LG; lg++) {
                 const float mn = g_mn[lg], mx = g_mx[lg];
-                const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
-                const float zero = __fdiv_rn(-mn, scale);
+                float scale, zero;
+                q_uniform_scale_zero(mn, mx, scale, zero);
                 store_scale(lg, scale, zero, mn);
                 if (use_tab && mn == -tau && mx == tau) {
                     const u32 tb = __float_as_uint(tau) >> 16, e = tb >> 7, m = tb & 127u;
