@@ -203,10 +203,14 @@ OSCAR__PRIVATE const oscar__embedded_source *oscar__find_source(const char *name
     return NULL;
 }
 
-/* The compile options of every program. */
-OSCAR__PRIVATE int oscar__nvrtc_options(const oscar_ctx *ctx, char arch[32], const char *opts[8]) {
+/* The compile options of a program. quantize.cuh on sm_90 compiles for
+   sm_90a (its rotation uses wgmma, which has no sm_90 form; the cubin runs
+   on every sm_90 device, and the kernel keeps its mma.sync path for the
+   other architectures). */
+OSCAR__PRIVATE int oscar__nvrtc_options(const oscar_ctx *ctx, const char *program, char arch[32], const char *opts[8]) {
     int n = 0;
-    snprintf(arch, 32, "--gpu-architecture=sm_%d", ctx->sm);
+    int arch_specific = ctx->sm == 90 && strcmp(program, "quantize.cuh") == 0;
+    snprintf(arch, 32, "--gpu-architecture=sm_%d%s", ctx->sm, arch_specific ? "a" : "");
     opts[n++] = arch;
     opts[n++] = "-std=c++17";
     opts[n++] = "-DOSCAR_NVRTC=1";
@@ -218,7 +222,7 @@ OSCAR__PRIVATE void oscar__jit_key(const oscar_ctx *ctx, const char *program, co
     oscar__sha256 s;
     char arch[32], buf[64];
     const char *opts[8];
-    int i, n = oscar__nvrtc_options(ctx, arch, opts);
+    int i, n = oscar__nvrtc_options(ctx, program, arch, opts);
     oscar__sha256_init(&s);
     oscar__sha256_str(&s, "oscar " OSCAR_VERSION_STRING);
     snprintf(buf, sizeof buf, "format %d nvrtc %d.%d", OSCAR__JIT_FORMAT, ctx->nvrtc_major, ctx->nvrtc_minor);
@@ -249,7 +253,7 @@ OSCAR__PRIVATE oscar_status oscar__nvrtc_compile(oscar_ctx *ctx, const char *pro
     const char *header_name[OSCAR__NUM_EMBEDDED_SOURCES];
     const char *opts[8];
     char arch[32];
-    int nopts = oscar__nvrtc_options(ctx, arch, opts), nh = 0, i;
+    int nopts = oscar__nvrtc_options(ctx, program, arch, opts), nh = 0, i;
     oscar__nvrtcProgram prog = NULL;
     oscar__nvrtcResult r;
     size_t log_size = 0, cubin_size = 0;

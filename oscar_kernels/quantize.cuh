@@ -14,8 +14,9 @@
 
    Arithmetic (identical to cpu/oscar_cpu.h, so codes match bit for bit on
    the same rotated row):
-     rotation  bf16 (f16 for f16 input) x and R on tensor cores (mma.sync
-               m16n8k16), f32 accumulation, result rounded to the source
+     rotation  bf16 (f16 for f16 input) x and R on tensor cores (wgmma
+               m64nDk16 on sm_90a for head dims 64 and 128, mma.sync
+               m16n8k16 otherwise), f32 accumulation, result rounded to the source
                dtype -- the reference also stores the rotated row in bf16
                before quantizing;
      clip      tau = sorted(|y|)[clip_index] exactly (the reference's sort
@@ -46,6 +47,13 @@
    becomes -inf or +inf) and into the group's min and max (clip of the min
    = min of the clipped values), so clipped values are never formed.
 
+   Warpgroups (sm_90a, head dim <= 128). The 4 warps of a warpgroup share
+   one slice of 4 x ROWS rows laid out as wgmma's K-major tiles (128-byte
+   rows per 64-column block, 128-byte swizzle, rows permuted so that a warp's
+   rows are the ones its accumulators hold and the bank pattern is the
+   per-warp slice's), step together (a named barrier once the rows are in,
+   and once per 64-row m-tile before y replaces x), and multiply by R^T
+   staged K-major. Otherwise, per warp:
    Layout. A warp takes ROWS (16 or 32) rows per step; their 16-bit rows are
    copied to the warp's shared-memory slice with cp.async, a lane pair 32
    contiguous bytes of one row per copy (immediate offsets, one shuffle of
@@ -83,6 +91,13 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v9: the rotation on wgmma (sm_90a; quantize.cuh is the one program the
+   JIT compiles for sm_90a): 392.8-393.9 -> 377.2-378.5 us (38% of copy), no
+   clip 317-318 -> 304-307, demotion unchanged within spread (same-call A/B,
+   bench/results/logs/quantize_v9_h200.txt). Profile (ncu): the group's
+   barriers and wgmma waits are 12.6% of the stall samples; issue slots 51%
+   busy. The rotation still adds ~96 us over a plain quantize: it sits on
+   each group's path between the rows' arrival and their refill.
    v8 (after the v6 and v7 attempts below): a bf16 group clipped at both
    ends (min -tau, max tau: almost every group of a clipped row when the
    group is the row) takes its three code
@@ -491,6 +506,82 @@ __device__ __forceinline__ void q_split_slot(i64 slot, int page_size, i64 &page,
     }
 }
 
+
+/* ---- warpgroup MMA (sm_90a only: wgmma) ---------------------------------
+   The rotation of the sm_90a build: one warpgroup (4 warps) multiplies 64
+   rows of x (shared memory) by R (shared memory) with wgmma, the
+   accumulators in the same fragment layout as mma.sync's (warp w of the
+   group: rows 16w + g and 16w + g + 8, columns 8n + 2c, + 1). Both operands
+   are K-major with the 128-byte swizzle: per 64-element k block, rows of
+   128 bytes, 16-byte chunk c of row t at chunk position c ^ (t & 7), 8-row
+   groups 1024 bytes apart (the tile bases are 1024-byte aligned). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool Q_WGMMA = true;
+#else
+constexpr bool Q_WGMMA = false;
+#endif
+
+/* shared-memory matrix descriptor: start address, leading byte offset 16
+   (unused by swizzled K-major tiles), stride byte offset 1024 (the next 8
+   rows), 128-byte swizzle */
+__device__ __forceinline__ u64 q_wg_desc(u32 saddr) {
+    return static_cast<u64>((saddr & 0x3ffffu) >> 4) | (static_cast<u64>(1) << 16) | (static_cast<u64>(1024 >> 4) << 32) |
+           (static_cast<u64>(1) << 62);
+}
+__device__ __forceinline__ void q_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void q_wg_commit_wait() {
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* generic-proxy writes of shared memory (cp.async, st.shared) -> visible to
+   the wgmma that read it after the next barrier */
+__device__ __forceinline__ void q_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* the barrier of one warpgroup (id 1 + group; 0 is __syncthreads) */
+__device__ __forceinline__ void q_wg_barrier(int group) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory"); }
+/* the accumulators are written by the asynchronous MMA: keep the compiler
+   from moving their uses across the wait */
+template <int N>
+__device__ __forceinline__ void q_wg_fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define Q_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                  "+f"(d[i + 6]), "+f"(d[i + 7])
+#define Q_REGS32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define Q_REGS64 Q_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+                 "%49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define Q_WGMMA_N64(T)                                                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." T \
+                 "." T " {" Q_REGS32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                     \
+                 : Q_ACC8(0), Q_ACC8(8), Q_ACC8(16), Q_ACC8(24)                                            \
+                 : "l"(da), "l"(db), "r"(accumulate)                                                        \
+                 : "memory")
+#define Q_WGMMA_N128(T)                                                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." T \
+                 "." T " {" Q_REGS64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                      \
+                 : Q_ACC8(0), Q_ACC8(8), Q_ACC8(16), Q_ACC8(24), Q_ACC8(32), Q_ACC8(40), Q_ACC8(48),       \
+                   Q_ACC8(56)                                                                                \
+                 : "l"(da), "l"(db), "r"(accumulate)                                                         \
+                 : "memory")
+/* d (+)= A (64 x 16, descriptor da) x B (16 x N, K-major, descriptor db);
+   accumulate = 0 overwrites d */
+template <int DT, int N>
+__device__ __forceinline__ void q_wgmma(float (&d)[N / 2], u64 da, u64 db, u32 accumulate) {
+    static_assert(N == 64 || N == 128, "wgmma n");
+    if constexpr (N == 64) {
+        if constexpr (DT == OSCAR_K_DTYPE_F16) Q_WGMMA_N64("f16");
+        else Q_WGMMA_N64("bf16");
+    } else {
+        if constexpr (DT == OSCAR_K_DTYPE_F16) Q_WGMMA_N128("f16");
+        else Q_WGMMA_N128("bf16");
+    }
+}
+#undef Q_WGMMA_N64
+#undef Q_WGMMA_N128
+#undef Q_REGS64
+#undef Q_REGS32
+#undef Q_ACC8
 }  // namespace detail
 
 template <int HEAD_DIM, int GROUP_SIZE, int SRC_DTYPE, int ROWS, int WARPS>
@@ -514,8 +605,17 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     static_assert(WARPS == 2 || WARPS == 4 || WARPS == 8 || WARPS == 16, "warps per CTA");
     static_assert(EXCL || LG <= 4, "a lane sees every group once per quarter");
     static_assert((ROWS * CHUNKS) % 32 == 0 && JW % 8 == 0, "copy and store granularity");
+    /* sm_90a: the rotation on wgmma, by warpgroups of 4 warps sharing one
+       slice of 4 x ROWS rows (below); head dim 256 keeps mma.sync */
+    constexpr bool WG = Q_WGMMA && D <= 128 && WARPS % 4 == 0;
+    constexpr int WG_ROWS = 4 * ROWS;
+    /* slice geometry: bytes between a row and the next, between 64-element
+       k blocks (chunks 8c..8c+7), between row i and row i + 16 */
+    constexpr u32 ROW_B = WG ? 128 : D * 2, KB_B = WG ? WG_ROWS * 128 : 128, RS_B = WG ? 64 * 128 : 16 * D * 2;
 
-    extern __shared__ __align__(16) u8 smem[];
+    extern __shared__ __align__(16) u8 smem_raw[];
+    /* wgmma's swizzled tiles need 1024-byte alignment (the host adds 1024) */
+    u8 *smem = WG ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
     const int layer = blockIdx.y, side = blockIdx.z;
     const oscar_quantize_layer &L = p.layers[layer];
     const u64 rot = side ? L.rot_v : L.rot_k;
@@ -526,10 +626,27 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int my_row = lane / LPR, h = lane % LPR;
     const int H = p.pool.num_kv_heads;
+    const int wgrp = warp >> 2, w4 = warp & 3; /* warpgroup, warp within it (WG) */
     u8 *slot_area = smem + warp * Q_SLOT_RING;
-    u8 *buf = smem + WARPS * Q_SLOT_RING + warp * STEP_BYTES;
+    /* WG: buf is the warpgroup's slice (its 4 warps' rows, K-major tiles);
+       else the warp's own */
+    u8 *buf = smem + WARPS * Q_SLOT_RING + (WG ? wgrp * 4 : warp) * STEP_BYTES;
     u8 *rsm = smem + WARPS * (Q_SLOT_RING + STEP_BYTES);
     const u32 buf_s = smem_addr(buf), slot_s = smem_addr(slot_area);
+    /* Where this warp's slice row i lies in buf. WG: in tile row (i / 16) * 64
+       + 16 w4 + (i & 8) + rowswz(i & 7) -- the rows this warp's wgmma
+       accumulators hold, so each warp writes y back into its own rows; the
+       permutation within 8 rows makes the tiles' swizzle (chunk ^ (t & 7))
+       equal rowswz(i), the same bank pattern as the per-warp slice's, so
+       copies and one-lane-per-row reads stay conflict-free. */
+    auto row_base = [&](int i) -> u32 {
+        if constexpr (WG) return static_cast<u32>(((i >> 4) * 64 + 16 * w4 + (i & 8)) * 128) + (q_rowswz<D>(i & 7) << 7);
+        else return static_cast<u32>(i * D * 2);
+    };
+    /* byte offset in buf of 16-byte chunk ch (columns 8ch..8ch+7) of row i */
+    auto chunk_off = [&](int i, int ch) -> u32 {
+        return row_base(i) + static_cast<u32>(ch >> 3) * KB_B + (((static_cast<u32>(ch) & 7u) ^ q_rowswz<D>(i)) << 4);
+    };
 
     const i64 rows = p.num_tokens * H;
     const i64 steps = (rows + ROWS - 1) / ROWS;
@@ -604,14 +721,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             rp[rs] = src + (off >= 0 ? off : 0) + 8 * e;
             nb[rs] = off >= 0 ? 16 : 0;
         }
-        const u32 sw = q_rowswz<D>(i), base = buf_s + static_cast<u32>(i * D * 2);
+        const u32 sw = q_rowswz<D>(i), base = buf_s + row_base(i);
         u32 xo[4];
 #pragma unroll
         for (int t = 0; t < 4; t++) xo[t] = base + (((static_cast<u32>(2 * t + e)) ^ sw) << 4);
 #pragma unroll
         for (int k = 0; k < NCOPY; k++) {
             const int rs = k % RSETS, j = k / RSETS;
-            cp_async16(xo[j & 3] + static_cast<u32>(rs * 16 * D * 2 + ((j >> 2) << 7)), rp[rs] + 16 * j, nb[rs]);
+            cp_async16(xo[j & 3] + static_cast<u32>(rs) * RS_B + static_cast<u32>(j >> 2) * KB_B, rp[rs] + 16 * j, nb[rs]);
         }
     };
 
@@ -626,7 +743,34 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     /* R (f32, global) -> bf16/f16 in shared memory, once per CTA, after the
        first rows are on their way; eight chunks' loads are issued before any
        is used, so their latencies overlap (a demotion launch is mostly this) */
-    if (rot) {
+    if constexpr (WG) {
+      if (rot) {
+        /* WG: R transposed (K-major B): chunk c of row n = R[8c..8c+7][n], at
+           (c / 8) * D * 128 + n * 128 + ((c % 8) ^ (n % 8)) * 16; a warp's 32
+           loads of one R row are consecutive columns (coalesced) */
+        const float *R = reinterpret_cast<const float *>(rot);
+        constexpr int ITEMS = D * CHUNKS, PER = 4;
+        for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
+            float v[PER][8];
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+                const int i = base + u * WARPS * 32;
+                if (i < ITEMS)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) v[u][e] = R[static_cast<i64>((i / D) * 8 + e) * D + i % D];
+            }
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+                const int i = base + u * WARPS * 32, n = i % D, c = i / D;
+                if (i < ITEMS)
+                    *reinterpret_cast<uint4 *>(rsm + (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4)) =
+                        make_uint4(S::pack_rn(v[u][1], v[u][0]), S::pack_rn(v[u][3], v[u][2]),
+                                   S::pack_rn(v[u][5], v[u][4]), S::pack_rn(v[u][7], v[u][6]));
+            }
+        }
+        q_fence_proxy_async(); /* st.shared -> wgmma's reads, after the barrier below */
+      }
+    } else if (rot) {
         const float *R = reinterpret_cast<const float *>(rot);
         constexpr int ITEMS = D * CHUNKS, PER = 8;
         for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
@@ -664,13 +808,50 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         for (int i = threadIdx.x; i < 128 * 3; i += WARPS * 32) q_tab[i] = q_tab_entry(i / 3, i % 3);
     __syncthreads();
 
-    for (int ring = 0; step < steps; step += stride, ring = ring == 2 ? 0 : ring + 1) {
+    /* WG: the 4 warps of a group take steps 4s..4s+3 and loop together (the
+       group's barriers), a warp past the end with empty rows */
+    for (int ring = 0; (WG ? step - w4 : step) < steps; step += stride, ring = ring == 2 ? 0 : ring + 1) {
         cp_async_wait<0>();
         __syncwarp();
 
-        /* ---- rotation: y = x @ R over the slice, y rounded to the source
-           dtype and written over x (A fragments are in registers first) */
-        if (rot) {
+        /* ---- rotation (WG): y = x @ R for the group's 4 x ROWS rows, one
+           64-row m-tile at a time (D / 2 accumulators per thread), rounded to
+           the source dtype and written over x, each warp into its own rows */
+        if constexpr (WG) {
+          if (rot) {
+            q_fence_proxy_async(); /* this thread's copies (and last step's y) -> wgmma */
+            q_wg_barrier(wgrp);    /* ... and every warp's: the group's rows are in buf */
+            const u32 rsm_s = smem_addr(rsm);
+#pragma unroll
+            for (int mt = 0; mt < WG_ROWS / 64; mt++) {
+                float acc[D / 2];
+                q_wg_fence();
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    const u32 koff = static_cast<u32>(ks & 3) * 32; /* 16 columns = 32 bytes into the k block */
+                    q_wgmma<SRC_DTYPE, D>(acc, q_wg_desc(buf_s + mt * 64 * 128 + (ks >> 2) * KB_B + koff),
+                                          q_wg_desc(rsm_s + (ks >> 2) * (D * 128) + koff), ks > 0 ? 1u : 0u);
+                }
+                q_wg_commit_wait();
+                q_wg_fence_regs(acc);
+                q_wg_barrier(wgrp); /* every warp's part of the MMA has read x: y may replace it */
+                /* acc[4n + 0, 1]: tile row 16 w4 + g, cols 8n + 2c, + 1; [4n + 2, 3]: row + 8 */
+                const int ln = static_cast<int>(q_opaque(static_cast<u32>(lane)));
+                const int g = ln >> 2, c = ln & 3;
+                u8 *yrow = buf + (mt * 64 + 16 * w4 + g) * 128 + 4 * c;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    u8 *y = yrow + (n >> 3) * KB_B + ((static_cast<u32>(n & 7) ^ static_cast<u32>(g)) << 4);
+                    *reinterpret_cast<u32 *>(y) = S::pack_rn(acc[4 * n + 1], acc[4 * n + 0]);
+                    *reinterpret_cast<u32 *>(y + 8 * 128) = S::pack_rn(acc[4 * n + 3], acc[4 * n + 2]);
+                }
+            }
+            __syncwarp();
+          }
+        } else if (rot) {
+            /* ---- rotation (mma.sync): y = x @ R over the warp's slice, y
+               rounded to the source dtype and written over x (A fragments are
+               in registers first) */
             /* Lane-dependent addresses are formed here from an opaque copy of
                the lane id: step-invariant, they would otherwise be hoisted out
                of the step loop and held (spilled) through the whole kernel.
@@ -738,7 +919,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             for (int q = 0; q < 4; q++)
 #pragma unroll
             for (int cc = 0; cc < JW / 8; cc++) {
-                const uint4 v = *reinterpret_cast<const uint4 *>(buf + qswz<D>(r, (q * Q4 + hh * JW) / 8 + cc));
+                const uint4 v = *reinterpret_cast<const uint4 *>(buf + chunk_off(r, (q * Q4 + hh * JW) / 8 + cc));
                 w[q][4 * cc + 0] = v.x, w[q][4 * cc + 1] = v.y, w[q][4 * cc + 2] = v.z, w[q][4 * cc + 3] = v.w;
             }
         }

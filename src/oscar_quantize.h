@@ -15,10 +15,11 @@ OSCAR__PRIVATE int32_t oscar__clip_index(float ratio, int head_dim) {
 
 /* Shared memory of one CTA (quantize.cuh): per warp a 3-deep ring of slot
    ids (3 x 32 lanes x 16 bytes) and a slice of rows x head_dim 16-bit
-   values; R in the source dtype once per CTA. */
+   values; R in the source dtype once per CTA; 1024 bytes of slack, which
+   the sm_90a build uses to align its wgmma tiles to 1024 bytes. */
 OSCAR__PRIVATE int64_t oscar__quant_smem_bytes(int head_dim, int rows, int warps, int with_rotation) {
     return OSCAR__CAST(int64_t, warps) * (3 * 32 * 16 + OSCAR__CAST(int64_t, rows) * head_dim * 2) +
-           (with_rotation ? OSCAR__CAST(int64_t, head_dim) * head_dim * 2 : 0);
+           (with_rotation ? OSCAR__CAST(int64_t, head_dim) * head_dim * 2 : 0) + 1024;
 }
 
 /* A tile choice: rows per warp step, warps per CTA, CTAs per (layer, K|V)

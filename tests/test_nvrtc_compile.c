@@ -80,10 +80,33 @@ Test(nvrtc, options_carry_no_include_path) {
     desc.compile_only_sm = 90;
     desc.cache_mode = OSCAR_JIT_CACHE_MEMORY_ONLY;
     TU_OK(NULL, oscar_setup(&desc, &ctx));
-    n = oscar__nvrtc_options(ctx, arch, opts);
+    n = oscar__nvrtc_options(ctx, "decode.cuh", arch, opts);
     for (i = 0; i < n; i++) {
         cr_assert(strncmp(opts[i], "-I", 2) != 0 && strncmp(opts[i], "--include-path", 14) != 0, "%s", opts[i]);
         cr_assert(strstr(opts[i], "fast-math") == NULL, "codes need IEEE division: %s", opts[i]);
     }
     oscar_shutdown(ctx);
+}
+
+/* quantize.cuh on sm_90 compiles for sm_90a (wgmma rotation); every other
+   program, and quantize.cuh on other architectures, for the plain target */
+Test(nvrtc, quantize_is_arch_specific_on_sm90_only) {
+    static const int sms[] = {80, 89, 90};
+    static const char *programs[] = {"quantize.cuh", "decode.cuh", "merge.cuh", "dequant.cuh"};
+    int s, k;
+    for (s = 0; s < 3; s++) {
+        oscar_desc desc = {0};
+        oscar_ctx *ctx = NULL;
+        const char *opts[8];
+        char arch[32], want[32];
+        desc.compile_only_sm = sms[s];
+        desc.cache_mode = OSCAR_JIT_CACHE_MEMORY_ONLY;
+        TU_OK(NULL, oscar_setup(&desc, &ctx));
+        for (k = 0; k < 4; k++) {
+            oscar__nvrtc_options(ctx, programs[k], arch, opts);
+            snprintf(want, sizeof want, "--gpu-architecture=sm_%d%s", sms[s], sms[s] == 90 && k == 0 ? "a" : "");
+            cr_assert_str_eq(opts[0], want, "%s on sm_%d", programs[k], sms[s]);
+        }
+        oscar_shutdown(ctx);
+    }
 }

@@ -24,6 +24,7 @@
        --rotation kv|k|none quantize (model config): which of K and V are rotated (kv)
        --clip K,V|off       quantize (model config): clip ratios (0.96,0.92)
        --no-quantize        tune decode (and merge) only
+       --no-decode          tune quantize (and merge, if asked) only
        --table PATH         the table to extend and write (default: the context's,
                             $OSCAR_TUNE_TABLE or <JIT cache>/tune_table.txt)
        --fresh              start from an empty table (e.g. for tune/default_sm90.txt)
@@ -116,7 +117,7 @@ int main(int argc, char **argv) {
     oscar_ctx_info ci;
     oscar_status st;
     int64_t batches[MAX_LIST], contexts[MAX_LIST];
-    int nb = 0, nctx = 0, nshapes = 0, nm = 0, nq[2] = {0, 0}, nrows = 0, bench = 0, merge = 0, fresh = 0, quant = 1;
+    int nb = 0, nctx = 0, nshapes = 0, nm = 0, nq[2] = {0, 0}, nrows = 0, bench = 0, merge = 0, fresh = 0, quant = 1, decode = 1;
     int layers = 36, rotation = 0, i, j;
     float clip_k = 0.96f, clip_v = 0.92f;
     const char *table = NULL, *results = OSCAR_RESULTS_DIR, *commit = getenv("OSCAR_COMMIT");
@@ -136,6 +137,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--merge")) merge = 1, takes = 0;
         else if (!strcmp(a, "--fresh")) fresh = 1, takes = 0;
         else if (!strcmp(a, "--no-quantize")) quant = 0, takes = 0;
+        else if (!strcmp(a, "--no-decode")) decode = 0, takes = 0;
         else if (!v) return usage("an option lacks its value");
         else if (!strcmp(a, "--q-heads")) td.num_q_heads = atoi(v);
         else if (!strcmp(a, "--kv-heads")) td.num_kv_heads = atoi(v);
@@ -228,6 +230,7 @@ int main(int argc, char **argv) {
         tq[j].num_shapes = nq[j], tq[j].shapes = qshapes[j];
     }
     if (!quant) nq[0] = nq[1] = 0;
+    if (!decode) nshapes = 0;
     td.num_shapes = nshapes, td.shapes = shapes;
 
     desc.tune_table_path = table;
@@ -250,7 +253,7 @@ int main(int argc, char **argv) {
            merge ? " + merge_states" : "", nq[0] + nq[1], table ? table : info.path, info.has_table ? " (extended)" : " (new)");
     fflush(stdout);
     t0 = now_s();
-    st = oscar_tune_decode(ctx, &td, reps);
+    st = nshapes ? oscar_tune_decode(ctx, &td, reps) : OSCAR_OK;
     if (st != OSCAR_OK) {
         fprintf(stderr, "oscar_tune: oscar_tune_decode: %s: %s\n", oscar_status_string(st), oscar_last_error(ctx));
         oscar_shutdown(ctx);
