@@ -38,11 +38,15 @@ OSCAR__PRIVATE int oscar__quant_tile_valid(const oscar_ctx *ctx, int head_dim, i
 }
 
 /* The heuristic. Head dim 256: 16 rows (two lanes of 128 values per row), 8
-   warps where R plus 8 slices fit, else 2. Otherwise one lane per row and 8
-   warps (16 warps per SM at 128 registers) once the launch has enough rows
-   to give every warp of the device a step; below that (demotion of a few
-   requests) 16-row steps on 4-warp CTAs, so more warps share the few rows
-   and each finishes sooner. */
+   warps where R plus 8 slices fit, else 2. Otherwise one lane per row: 8
+   warps (16 warps per SM at 128 registers) from 12 32-row steps per SM on,
+   4 warps from 6 on; below that (demotion of a few requests) 16-row steps
+   on 4-warp CTAs, so more warps share the few rows and each finishes sooner.
+   The middle tier is session 10's (quantize v9, whose 16-row tiles are
+   slower than v8's): on the H200 the graph-timed tuner kept 32 x 4 for the
+   demotion of 8 requests x 36 layers (36864 rows: 18.6 vs 24.3 us for 16 x
+   4) and 32 x 8 for 14 (64512 rows: 27.0 vs 30.7); 16 x 4 stayed best up to 4
+   requests (18432 rows). */
 OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int head_dim, int64_t rows_per_side,
                                                     int32_t layer_sides, int with_rotation) {
     oscar__quant_tile t;
@@ -53,7 +57,8 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
         t.warps_per_cta = oscar__quant_tile_valid(ctx, head_dim, 16, 8, with_rotation) ? 8 : 2;
         return t;
     }
-    if (total >= 32 * 16 * sms) t.rows_per_warp = 32, t.warps_per_cta = 8;
+    if (total >= 32 * 12 * sms) t.rows_per_warp = 32, t.warps_per_cta = 8;
+    else if (total >= 32 * 6 * sms) t.rows_per_warp = 32, t.warps_per_cta = 4;
     else t.rows_per_warp = 16, t.warps_per_cta = 4;
     if (!oscar__quant_tile_valid(ctx, head_dim, t.rows_per_warp, t.warps_per_cta, with_rotation)) t.warps_per_cta = 4;
     return t;

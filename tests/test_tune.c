@@ -808,6 +808,27 @@ static void quant_tile(oscar_ctx *ctx, int64_t rows, int rotated, int32_t r, int
     oscar__tune_quant_apply(ctx, key, rotated > 0, out_r, out_w);
 }
 
+/* The heuristic's tiers on a 132-SM device, at the demotions session 10 tuned
+   on the H200 (8 tokens x 36 layers x 8 heads x K and V): 1 and 4 requests
+   16 x 4, 8 requests 32 x 4, 14 and more 32 x 8; head dim 256 16 x 8. */
+Test(tune, quantize_heuristic_tiers) {
+    static const struct { int req; int32_t rows, warps; } want[] = {{1, 16, 4}, {4, 16, 4}, {8, 32, 4}, {14, 32, 8}, {32, 32, 8}};
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    int32_t sms = ctx->num_sms;
+    size_t i;
+    oscar__quant_tile t;
+    ctx->num_sms = 132;
+    for (i = 0; i < sizeof want / sizeof want[0]; i++) {
+        t = oscar__quant_choose(ctx, 128, 8LL * 8 * want[i].req, 72, 1);
+        cr_assert(t.rows_per_warp == want[i].rows && t.warps_per_cta == want[i].warps, "%d requests: %d x %d, want %d x %d",
+                  want[i].req, t.rows_per_warp, t.warps_per_cta, want[i].rows, want[i].warps);
+    }
+    t = oscar__quant_choose(ctx, 256, 8LL * 8 * 32, 72, 1);
+    cr_assert(t.rows_per_warp == 16 && t.warps_per_cta == 8, "head dim 256: %d x %d", t.rows_per_warp, t.warps_per_cta);
+    ctx->num_sms = sms;
+    oscar_shutdown(ctx);
+}
+
 Test(tune, quantize_takes_the_table_and_falls_back_to_the_heuristic) {
     char path[600], text[4096];
     oscar_ctx *ctx, *bare;
