@@ -609,9 +609,9 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        slice of 4 x ROWS rows (below); head dim 256 keeps mma.sync */
     constexpr bool WG = Q_WGMMA && D <= 128 && WARPS % 4 == 0;
     constexpr int WG_ROWS = 4 * ROWS;
-    /* slice geometry: bytes between a row and the next, between 64-element
-       k blocks (chunks 8c..8c+7), between row i and row i + 16 */
-    constexpr u32 ROW_B = WG ? 128 : D * 2, KB_B = WG ? WG_ROWS * 128 : 128, RS_B = WG ? 64 * 128 : 16 * D * 2;
+    /* slice geometry: bytes between 64-element k blocks (chunks 8c..8c+7),
+       between row i and row i + 16 (rows: row_base below) */
+    constexpr u32 KB_B = WG ? WG_ROWS * 128 : 128, RS_B = WG ? 64 * 128 : 16 * D * 2;
 
     extern __shared__ __align__(16) u8 smem_raw[];
     /* wgmma's swizzled tiles need 1024-byte alignment (the host adds 1024) */
