@@ -995,12 +995,32 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 return cnt;
             };
             u32 lo = 0u, hi = kmax;
+            bool down;
             {
                 const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
-                if (count_ge(probe) >= need)
+                down = count_ge(probe) < need;
+                if (!down)
                     lo = probe;
                 else
                     hi = probe - 1u;
+            }
+            /* s10: where a lane's m-th largest lies more than 2 binades below its
+               max (a few large outliers, heavy tails), up to three more steps of
+               2 binades down before the halvings: a warp's probes by a CPU model
+               (docs/quantize.md) 15.3-15.7 -> 10.2-11.4 with outlier channels,
+               13-15 -> ~10 for Student-t rows, 9 -> 9 for near-Gaussian rows
+               (they only pay the vote) */
+#pragma unroll 1
+            for (int step = 0; step < 3 && __any_sync(0xffffffffu, down && hi > (2u << MANT_BITS)); step++) {
+                const bool mine = down && hi > (2u << MANT_BITS);
+                const u32 probe = mine ? hi - (2u << MANT_BITS) : hi;
+                const float cnt = count_ge(probe); /* every lane takes part (shuffles) */
+                if (mine) {
+                    if (cnt >= need)
+                        lo = probe, down = false;
+                    else
+                        hi = probe - 1u;
+                }
             }
             while (__any_sync(0xffffffffu, lo < hi)) {
                 const u32 mid = (lo + hi + 1u) >> 1;
