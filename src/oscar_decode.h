@@ -140,19 +140,10 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
     return per_sm * (ctx->num_sms > 0 ? ctx->num_sms : 132);
 }
 
-/* win_ctas: the window grid's CTAs (batch x kv heads x window splits), 0
-   without one. When they are at most a quarter of the resident slots, the
-   wave model leaves them room: the window kernel's CTAs can only start where
-   an INT2 CTA does not sit, and when the INT2 grid takes every slot they run
-   after it, at the tail (session 11: 66 splits at 1 x 128K = 528 CTAs = every
-   slot, 43.5 us in graph replay against 36.9 for 64 = 512 + 16 window CTAs;
-   session 10's per-CTA trace at 8 x 32K: 64 window CTAs starting at 42 us,
-   when INT2 CTAs leave). */
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
-                                                 int64_t base, int64_t L, int64_t win_ctas) {
+                                                 int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio), s, cap, best = 1;
     double best_cost = 0;
-    if (win_ctas > 0 && 4 * win_ctas <= slots) slots -= win_ctas;
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     for (s = 1; s <= cap; s++) {
         const int64_t waves = (base * s + slots - 1) / slots;
@@ -225,15 +216,14 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
     target = 4 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
     max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
+    pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
+                     : desc->int2_splits ? desc->int2_splits
+                                         : oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
     pl.window_splits = !pl.has_window ? 0
                        : desc->window_splits
                            ? desc->window_splits
                            : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
                                                                            (max_win + 255) / 256)));
-    pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
-                     : desc->int2_splits ? desc->int2_splits
-                                         : oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens,
-                                                                     base * pl.window_splits);
     /* >>tune hook (tune/oscar_tune.h): splits the desc left at 0 come from the tuning table when it has this shape */
     oscar__tune_decode_apply(ctx, desc, &pl);
     pl.min_chunk = 0;

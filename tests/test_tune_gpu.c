@@ -204,12 +204,12 @@ static uint8_t *qnt_run(oscar_ctx *ctx, qnt_problem *p, const oscar__quant_tile 
 Test(tune_gpu, quantize_rejects_wrong_tiles_and_the_table_tile_is_applied, .timeout = 900) {
     oscar_ctx *ctx = gpu_ctx_with_table();
     oscar_tune_quantize_desc pq = {0}, dq = {0};
-    /* 2048 tokens x 8 heads x 2 = 32768 rows: below the heuristic's 32-row threshold on an H200 (16 x 4) */
+    /* 2048 tokens x 8 heads x 2 = 32768 rows: a 4-warp default on an H200 (32 x 4 since session 10's middle tier) */
     oscar_tune_shape prefill = {1, 2048}, demote[2] = {{36, 8 * 4}, {36, 8 * 64}};
     oscar_tune_report rep, drep[2];
     oscar_tune_info info;
     oscar__tune_entry e;
-    oscar__quant_tile def, forced;
+    oscar__quant_tile def, forced, heur;
     int32_t key[OSCAR__TUNE_MAX_KEYS], tile[2], want[2];
     qnt_problem p;
     uint8_t *ref, *out;
@@ -252,8 +252,11 @@ Test(tune_gpu, quantize_rejects_wrong_tiles_and_the_table_tile_is_applied, .time
     oscar__tune_quant_key(key, 128, 128, OSCAR_DTYPE_BF16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, OSCAR_QUANT_MODE_UNIFORM, 2, 2,
                           1500 * 8 * 2);
     cr_assert(oscar__tune_lookup(ctx, OSCAR_TUNE_FAMILY_QUANTIZE, key, &e), "the tuning run stored no entry for its bucket");
-    want[0] = (e.params_set & 1u) ? e.params[OSCAR__TP_QNT_ROWS_PER_WARP] : def.rows_per_warp;
-    want[1] = (e.params_set & 2u) ? e.params[OSCAR__TP_QNT_WARPS_PER_CTA] : def.warps_per_cta;
+    /* a parameter the entry leaves unset is the heuristic's for this call's rows, which may differ from the
+       bucket's tuned shape (1500 tokens: 16 x 4 on an H200, 2048: 32 x 4) */
+    heur = oscar__quant_choose(ctx, 128, 1500 * 8, 2, 1);
+    want[0] = (e.params_set & 1u) ? e.params[OSCAR__TP_QNT_ROWS_PER_WARP] : heur.rows_per_warp;
+    want[1] = (e.params_set & 2u) ? e.params[OSCAR__TP_QNT_WARPS_PER_CTA] : heur.warps_per_cta;
     ref = qnt_run(ctx, &p, &def, tile);
     cr_assert(tile[0] == def.rows_per_warp && tile[1] == def.warps_per_cta);
     out = qnt_run(ctx, &p, NULL, tile);

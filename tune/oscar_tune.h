@@ -1814,9 +1814,12 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                 nc++;
             }
         /* and per window candidate, the most INT2 splits whose CTAs leave the
-           window CTAs room in the first wave (the plan's wave model does the
-           same for small window grids; the powers of two above miss them:
-           8 x 32K has 528 slots, 64 window CTAs, 8 splits = 512 INT2 CTAs) */
+           window CTAs room in the first wave (the window kernel's CTAs start
+           only where no INT2 CTA sits; the powers of two above miss these:
+           8 x 32K has 528 slots and 64 window CTAs at 1 split, so 7 INT2
+           splits). Session 11 on the H200: at the bench shapes none of them
+           won (8 x 32K: 8 + 1 kept over 7 + 1; a wave model reserving the
+           window's slots picked 6 + 2 there, 70.5 us against 61.2) */
         if (st == OSCAR_OK && nci > 0 && ci[0] != 0) {
             const int64_t slots = oscar__decode_int2_slots(ctx, &w->plans[0], Hq / Hkv);
             const int64_t base = OSCAR__CAST(int64_t, S->batch_size) * Hkv;
