@@ -1102,8 +1102,6 @@ OSCAR__PRIVATE int32_t oscar__tune_merge_rows(oscar_ctx *ctx, int head_dim, int 
 
 /* quantize: src/oscar_quantize.h (later in the implementation) */
 OSCAR__PRIVATE int oscar__quant_tile_valid(const oscar_ctx *ctx, int head_dim, int rows, int warps, int with_rotation);
-/* resident INT2 decode CTAs on the device (src/oscar_decode.h) */
-OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio);
 
 /* The hook of oscar_quantize_kv's tile choice (unless the caller forced a
    tile): *rows_per_warp and *warps_per_cta hold the heuristic's choice and
@@ -1813,28 +1811,6 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                 w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
                 nc++;
             }
-        /* and per window candidate, the most INT2 splits whose CTAs leave the
-           window CTAs room in the first wave (the window kernel's CTAs start
-           only where no INT2 CTA sits; the powers of two above miss these:
-           8 x 32K has 528 slots and 64 window CTAs at 1 split, so 7 INT2
-           splits). Session 11 on the H200: at the bench shapes none of them
-           won (8 x 32K: 8 + 1 kept over 7 + 1; a wave model reserving the
-           window's slots picked 6 + 2 there, 70.5 us against 61.2) */
-        if (st == OSCAR_OK && nci > 0 && ci[0] != 0) {
-            const int64_t slots = oscar__decode_int2_slots(ctx, &w->plans[0], Hq / Hkv);
-            const int64_t base = OSCAR__CAST(int64_t, S->batch_size) * Hkv;
-            for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND && st == OSCAR_OK; b++) {
-                const int64_t fit = cw[b] > 0 ? (slots - base * cw[b]) / base : 0;
-                int known = fit < 1 || fit > 128 || (fit == w->int2[0] && cw[b] == w->win[0]);
-                for (a = 0; a < nci && !known; a++) known = ci[a] == fit;
-                if (known) continue;
-                pd.int2_splits = OSCAR__CAST(int32_t, fit), pd.window_splits = cw[b];
-                st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
-                if (st != OSCAR_OK) break;
-                w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
-                nc++;
-            }
-        }
         if (st != OSCAR_OK) break;
         for (c = 0; c < nc; c++) {
             snprintf(labels_buf[c], sizeof labels_buf[c], "int2_splits=%d window_splits=%d", w->int2[c], w->win[c]);
