@@ -1,14 +1,14 @@
 /* bench/clip_search_model.c -- a CPU model of quantize.cuh's clip search: how
    many counting probes a warp of 32 rows (one per lane) executes to find
-   tau = the m-th largest |y| of each 128-value row, for today's search and
-   for a variant that steps down further before halving. The GPU runs every
+   tau = the m-th largest |y| of each 128-value row, for v9's search ("today"
+   in the output) and for the step-down that dc70f3b added to it. The GPU runs every
    probe for the whole warp while any lane still searches, so a warp pays the
    maximum over its lanes. Keys are the bf16 bit patterns of |y| (ordered as
    the values). No GPU, no oscar: cc -O2 clip_search_model.c -lm.
 
-   Today (quantize v9): bracket [max - 2 binades, max], else everything below
-   it, then halvings. Step-down (branch exp/s10-clip-expdown): up to three
-   more 2-binade steps down while a lane's first bracket failed. Both exact:
+   v9: bracket [max - 2 binades, max], else everything below it, then
+   halvings. Step-down (quantize.cuh since dc70f3b): up to three more 2-binade
+   steps down while a lane's first bracket failed. Both exact:
    every probe keeps count(>= lo) >= m > count(>= hi + 1); the model checks
    that both give the same tau. */
 #include <math.h>
