@@ -192,12 +192,13 @@ __device__ __forceinline__ void split_pair(float x0, float x1, u32 &hi, u32 &lo)
     hi = movmatrix_trans(hi);
     lo = movmatrix_trans(lo);
 }
-/* One value as the 16-bit pair (hi, lo): hi in the low half (mma column
-   2c), the remainder lo in the high half (column 2c + 1). */
-template <int DTYPE>
-__device__ __forceinline__ u32 hi_lo_one(float x) {
-    const u32 h = pack2<DTYPE>(x, x);
-    return pack2<DTYPE>(x, x - to_f32<DTYPE>(static_cast<u16>(h & 0xffffu)));
+/* One value as the bf16 pair (hi, lo): hi in the low half (mma column 2c),
+   the remainder lo in the high half (column 2c + 1). hi is x truncated to
+   bf16 (exact: one AND), lo the remainder rounded, so hi + lo carries ~15
+   bits in 3 instructions (v11 rounded hi first: ~16 bits in 4). */
+__device__ __forceinline__ u32 hi_lo_one_trunc(float x) {
+    const float h = __uint_as_float(__float_as_uint(x) & 0xffff0000u);
+    return pack2<OSCAR_K_DTYPE_BF16>(h, x - h);
 }
 
 /* D[16x8] += A[16x32] * B[32x8]: u8 codes times s8 digits, exact s32 accumulation. */
@@ -233,14 +234,16 @@ __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u
    n * 2^-133 (subnormals continue into the first binade exactly for n < 256),
    so the pair is code * 4^k * 2^-133 with no offset to remove -- the tensor
    cores take subnormal bf16 inputs as they are. The caller scales the weights
-   by 2^PV_W_SHIFT (so the products are normal f32) and the m-tile's sums by
+   by 2^PV_W_SHIFT (so the products are normal f32; v12: through ex2's
+   reference, removed from l and the min sums by pv_weight_inverse after the
+   loop) and the m-tile's sums by
    pv_out_factor(k). v3-v6 set the exponent of 128 with an OR and removed
    the offset with an HFMA2 (and shifted quarter 3 down first): 64 HFMA2 +
    16 SHF more per 32-token tile. */
 constexpr int PV_W_SHIFT = 64;
 __device__ __forceinline__ u32 code_pair(u32 r, int k) { return r & (0x00030003u << (2 * k)); }
-/* 2^PV_W_SHIFT, the weights' factor */
-__device__ __forceinline__ float pv_weight_factor() { return __int_as_float((127 + PV_W_SHIFT) << 23); }
+/* 2^-PV_W_SHIFT */
+__device__ __forceinline__ float pv_weight_inverse() { return __int_as_float((127 - PV_W_SHIFT) << 23); }
 /* 2^(133 - PV_W_SHIFT) / 4^k, exactly */
 __device__ __forceinline__ float pv_out_factor(int k) { return __int_as_float((127 + 133 - PV_W_SHIFT - 2 * k) << 23); }
 
@@ -762,13 +765,20 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     } else {
         fpi = ft / ps, fpo = ft - fpi * ps, adv_pages = ADV / ps, adv_off = ADV - adv_pages * ps;
     }
+    /* v12: with a fixed offset in the page, the page id's address is a
+       pointer stepped by ADV / PAGE_SIZE (v11: a 64-bit LEA pair from the
+       index every tile) */
+    const int *fpp = pages + fpi;
     auto fetch_page = [&](int &page, int &off) {
-        page = ft < end ? pages[fpi] : -1;
-        off = fpo;
-        ft += ADV;
         if constexpr (PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0) {
-            fpi += ADV / PAGE_SIZE; /* the offset in the page never changes */
+            page = ft < end ? *fpp : -1;
+            off = fpo;
+            ft += ADV;
+            fpp += ADV / PAGE_SIZE; /* the offset in the page never changes */
         } else {
+            page = ft < end ? pages[fpi] : -1;
+            off = fpo;
+            ft += ADV;
             fpi += adv_pages, fpo += adv_off;
             if (fpo >= ps) fpo -= ps, fpi++;
         }
@@ -779,14 +789,18 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     const u8 *vcodes = reinterpret_cast<const u8 *>(p.pool.v_codes) + lane_co;
     const u8 *kscales = reinterpret_cast<const u8 *>(p.pool.k_scales) + lane_so;
     const u8 *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales) + lane_so;
+    /* v12: the lane's offsets in its page, once, where they are fixed (v11
+       recomputed the scales' every tile) */
+    constexpr bool FIXED_OFF = PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0;
+    const i64 lane_co_off = fpo * p.pool.codes_token_stride, lane_so_off = fpo * p.pool.scales_token_stride;
     auto issue = [&](int page, int off, int stage) {
         const u32 kbase = wsm_addr + stage * STAGE_BYTES, vbase = kbase + CODE_BYTES, ksb = vbase + CODE_BYTES,
                   vsb = ksb + TOK * SC;
         /* page < 0: past the split's end; ids outside the pool are skipped */
         const bool ok = static_cast<u32>(page) < static_cast<u32>(p.pool.num_pages);
         const u64 pg = ok ? static_cast<u32>(page) : 0u;
-        const i64 co = static_cast<i64>(pg * static_cast<u64>(p.pool.codes_page_stride)) + off * p.pool.codes_token_stride;
-        const i64 so = static_cast<i64>(pg * static_cast<u64>(p.pool.scales_page_stride)) + off * p.pool.scales_token_stride;
+        const i64 co = static_cast<i64>(pg * static_cast<u64>(p.pool.codes_page_stride)) + (FIXED_OFF ? lane_co_off : off * p.pool.codes_token_stride);
+        const i64 so = static_cast<i64>(pg * static_cast<u64>(p.pool.scales_page_stride)) + (FIXED_OFF ? lane_so_off : off * p.pool.scales_token_stride);
         const int n = ok ? 16 : 0;
 #pragma unroll
         for (int ch = 0; ch < Q4 / 16; ch++) {
@@ -809,10 +823,15 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     };
 
     float m_run[HS], l_run[HS];
+    /* ex2's reference, loop-carried and changed only when the warp rescales
+       (v12). It includes the weights' 2^PV_W_SHIFT (v11 multiplied both V
+       scales of a token pair by it every sub-tile), so p, l and vmin carry
+       2^PV_W_SHIFT until the end of the loop. */
+    float pref[HS];
     float acc[MT][NV][4];
     float vmin[G][HS];
 #pragma unroll
-    for (int j = 0; j < HS; j++) m_run[j] = neg_inf(), l_run[j] = 0.f;
+    for (int j = 0; j < HS; j++) m_run[j] = neg_inf(), l_run[j] = 0.f, pref[j] = -static_cast<float>(PV_W_SHIFT);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -850,7 +869,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     pdl_wait();
     pdl_launch_next();
     u32 qf[KSI][NT][2];
-    float qsum[HS][G], qinv[HS];
+    float qsum[HS][G], nqsum[HS][G], qinv[HS];
     {
         const uint2 *frag = QW::frags(p, b, kvh);
 #pragma unroll
@@ -865,7 +884,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
         for (int j = 0; j < HS; j++) {
             qinv[j] = sums[HEADS * G + c + 4 * j];
 #pragma unroll
-            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp];
+            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp], nqsum[j][grp] = -qsum[j][grp];
         }
     }
 
@@ -897,6 +916,9 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                 }
             }
             float sv[2][HS], smn[2][HS];
+            /* with the reference's (scale, zero) a group's term is
+               scale * (x / (64 S) - zero * qsum): 3 instructions per logit
+               where v11's (scale, -zero * scale) took 4 */
 #pragma unroll
             for (int half = 0; half < 2; half++)
 #pragma unroll
@@ -916,23 +938,32 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                 }
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    float sc, mn;
-                    affine(ksb, sub * 16 + g + 8 * half, grp, sc, mn);
+                    float sc, mn, zr = 0.f;
+                    if constexpr (F32_SCALES) {
+                        const float2 sz = *reinterpret_cast<const float2 *>(ksb + (sub * 16 + g + 8 * half) * SC + 8 * grp);
+                        sc = sz.x, zr = sz.y;
+                    } else {
+                        affine(ksb, sub * 16 + g + 8 * half, grp, sc, mn);
+                    }
 #pragma unroll
                     for (int j = 0; j < HS; j++) {
                         /* digits 0 + 1 and 2 + 3: |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256) */
                         const int lo = si[2 * j][2 * half] + 256 * si[2 * j][2 * half + 1];
                         const int hi = si[2 * j + 1][2 * half] + 256 * si[2 * j + 1][2 * half + 1];
                         const float x = fmaf(static_cast<float>(hi), 65536.f, static_cast<float>(lo));
-                        sv[half][j] = fmaf(sc, x, sv[half][j]);
-                        smn[half][j] = fmaf(mn, qsum[j][grp], smn[half][j]);
+                        if constexpr (F32_SCALES) {
+                            sv[half][j] = fmaf(sc, fmaf(x, qinv[j], zr * nqsum[j][grp]), sv[half][j]);
+                        } else {
+                            sv[half][j] = fmaf(sc, x, sv[half][j]);
+                            smn[half][j] = fmaf(mn, qsum[j][grp], smn[half][j]);
+                        }
                     }
                 }
             }
 #pragma unroll
             for (int half = 0; half < 2; half++)
 #pragma unroll
-                for (int j = 0; j < HS; j++) s[sub][j][half] = fmaf(sv[half][j], qinv[j], smn[half][j]);
+                for (int j = 0; j < HS; j++) s[sub][j][half] = F32_SCALES ? sv[half][j] : fmaf(sv[half][j], qinv[j], smn[half][j]);
         }
         /* soft-cap and the mask of tokens past the split's end behind
            warp-uniform branches: predicated, they took issue slots on every
@@ -960,7 +991,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
            lane's own logits decide whether the warp rescales (the warp-wide
            max exceeds m + slack iff some lane's does); only then are the
            maxima reduced over the 8 row lanes -- not on every tile. */
-        float ref[HS], alpha[HS];
+        float alpha[HS];
         {
             float mx[HS];
             bool grow = false;
@@ -977,12 +1008,11 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
                     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
                     const float m_new = fmaxf(m_run[j], mx[j]);
-                    ref[j] = m_new == neg_inf() ? 0.f : m_new;
-                    alpha[j] = ex2(m_run[j] - ref[j]);
+                    const float ref = m_new == neg_inf() ? 0.f : m_new;
+                    alpha[j] = ex2(m_run[j] - ref);
+                    pref[j] = ref - static_cast<float>(PV_W_SHIFT);
                     m_run[j] = m_new;
                     l_run[j] *= alpha[j];
-                } else {
-                    ref[j] = m_run[j] == neg_inf() ? 0.f : m_run[j];
                 }
             }
             if (rescale) {
@@ -1007,7 +1037,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
             for (int j = 0; j < HS; j++)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    pr[j][half] = ex2(s[sub][j][half] - ref[j]);
+                    pr[j][half] = ex2(s[sub][j][half] - pref[j]);
                     l_run[j] += pr[j][half];
                 }
             /* p * scale as bf16 hi + lo: one bf16 alone costs ~2^-9 of a
@@ -1015,14 +1045,23 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
             u32 pb[G][NV][2], pbl[G][NV][2];
 #pragma unroll
             for (int grp = 0; grp < G; grp++) {
+                /* with the reference's (scale, zero) the min term is summed as
+                   + (p scale) zero and negated after the loop (v11 formed
+                   -zero * scale per token first) */
                 float sc[2], mn[2];
-                affine(vsb, sub * 16 + g, grp, sc[0], mn[0]);
-                affine(vsb, sub * 16 + g + 8, grp, sc[1], mn[1]);
-                sc[0] *= pv_weight_factor(), sc[1] *= pv_weight_factor();
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    if constexpr (F32_SCALES) {
+                        const float2 sz = *reinterpret_cast<const float2 *>(vsb + (sub * 16 + g + 8 * half) * SC + 8 * grp);
+                        sc[half] = sz.x, mn[half] = sz.y;
+                    } else {
+                        affine(vsb, sub * 16 + g + 8 * half, grp, sc[half], mn[half]);
+                    }
+                }
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     if constexpr (PACK) {
-                        pb[grp][0][half] = movmatrix_trans(hi_lo_one<OSCAR_K_DTYPE_BF16>(pr[0][half] * sc[half]));
+                        pb[grp][0][half] = movmatrix_trans(hi_lo_one_trunc(pr[0][half] * sc[half]));
                     } else {
 #pragma unroll
                         for (int nv = 0; nv < NV; nv++)
@@ -1031,7 +1070,12 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                     }
                 }
 #pragma unroll
-                for (int j = 0; j < HS; j++) vmin[grp][j] = fmaf(pr[j][0], mn[0], fmaf(pr[j][1], mn[1], vmin[grp][j]));
+                for (int j = 0; j < HS; j++) {
+                    if constexpr (F32_SCALES)
+                        vmin[grp][j] = fmaf(pr[j][0] * sc[0], mn[0], fmaf(pr[j][1] * sc[1], mn[1], vmin[grp][j]));
+                    else
+                        vmin[grp][j] = fmaf(pr[j][0], mn[0], fmaf(pr[j][1], mn[1], vmin[grp][j]));
+                }
             }
             u32 vr[NBLK][4];
             const int mi = lane >> 3, mr = lane & 7;
@@ -1066,9 +1110,9 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
        state to the CTA combine */
 #pragma unroll
     for (int j = 0; j < HS; j++) {
-        l_run[j] = row_lanes_sum(l_run[j]);
+        l_run[j] = row_lanes_sum(l_run[j]) * pv_weight_inverse();
 #pragma unroll
-        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]);
+        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]) * (F32_SCALES ? -pv_weight_inverse() : pv_weight_inverse());
     }
     __syncthreads(); /* every warp is done with its pipeline smem */
     if (g == 0)
