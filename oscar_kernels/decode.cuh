@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     constexpr int QR = OSCAR_K_PREP_ROWS;                  /* q rows (request, head) per CTA */
     constexpr int PARTS = THREADS / D;                     /* threads per output column */
     constexpr int CHUNK_ROWS = (16384 / D) < D ? 16384 / D : D; /* 64 KB of f32 rows */
-    constexpr int NT = HEADS / 2, KSI = D / 32, FR = NT * KSI * 32; /* fragments per request */
+    constexpr int KSI = D / 32;
     using MAP = int2_map<D>;
     using QW = q_workspace<D, HEADS>;
     extern __shared__ __align__(16) u8 smem[];
@@ -556,12 +556,16 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
            and their uses: the 8 loads went out one round trip at a time) */
         u16 raw[PER_T];
         const u16 *qb = reinterpret_cast<const u16 *>(p.q);
+        /* v13: j / r as (j * ceil(2^16 / r)) >> 16, exact for j < 2^16 / r
+           (here j < QR): v11's run-time divisions were ~20 instructions per
+           item, ~1.2M of the 6.9M warp instructions at 128 x 4K (ncu) */
+        const u32 rmul = (65536u + r - 1) / r;
 #pragma unroll
         for (int u = 0; u < PER_T; u++) {
             const int i = t + u * THREADS, j = i / D;
             const bool in = i < 4 * nj * D && j < rows;
-            const int jj = in ? j : 0;
-            raw[u] = in ? qb[(b0 + jj / r) * p.q_batch_stride + (kvh * r + jj % r) * p.q_head_stride + i % D] : u16(0);
+            const int jj = in ? j : 0, jb = static_cast<int>((static_cast<u32>(jj) * rmul) >> 16);
+            raw[u] = in ? qb[(b0 + jb) * p.q_batch_stride + (kvh * r + jj - jb * r) * p.q_head_stride + i % D] : u16(0);
         }
         const float scale = q_scale(p);
 #pragma unroll
@@ -653,32 +657,43 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
         sums[HEADS * G + h] = ldexpf(1.f, -29);
     }
     __syncthreads();
-    /* fragments of each request; heads h >= r of an instantiation's HEADS are zero */
-    for (int i = t; i < nreq * FR; i += THREADS) {
-        const int bb = i / FR, f = i % FR;
-        const int nt = f / (KSI * 32), ks = (f / 32) % KSI, ln = f % 32, g = ln >> 2, c = ln & 3;
-        const int h = g / 2 + 4 * (nt / 2), digit = 2 * (nt % 2) + (g & 1);
-        u32 w[2] = {0u, 0u};
-        if (h < r)
+    /* fragments of each request; heads h >= r of an instantiation's HEADS are
+       zero. v13: one item per (request, 4-head block, k-step, lane quad c,
+       head h of the block) makes all four digits of its 8 values at once and
+       writes the 4 fragment words they feed (v11: one item per fragment word
+       derived all four digits of each value to keep one: ~1.3M of the 6.9M
+       warp instructions at 128 x 4K). With u = M + 0x808080, bytes 0-2 of u
+       are d0..d2 + 128 and u >> 24 is d3 (signed base-256 digits, each in
+       [-128, 127]), so the digit bytes of M are the bytes of u ^ 0x808080. */
+    constexpr int IPR = HEADS * KSI * 4; /* items per request */
+    for (int i = t; i < nreq * IPR; i += THREADS) {
+        const int bb = i / IPR, f = i % IPR;
+        const int hb = f / (KSI * 16), ks = (f / 16) % KSI, c = (f / 4) % 4, hh = f % 4, h = hh + 4 * hb;
+        u32 w[4][2]; /* [digit][reg] */
 #pragma unroll
-            for (int reg = 0; reg < 2; reg++)
+        for (int reg = 0; reg < 2; reg++) {
+            u32 v[4] = {0u, 0u, 0u, 0u};
+            if (h < r)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int quarter;
                     const int d = MAP::qk_dim(ks, 16 * reg + 4 * c + e, quarter);
-                    /* signed base-256 digits, all four branch-free (s9; a loop of
-                       `digit` steps before: lanes of a warp took different counts) */
-                    int m = static_cast<int>(qs[bb * r + h][d]) * (1 << (2 * (3 - quarter)));
-                    const int d0 = static_cast<signed char>(m & 0xff);
-                    m = (m - d0) >> 8; /* exact: m - d0 is a multiple of 256 */
-                    const int d1 = static_cast<signed char>(m & 0xff);
-                    m = (m - d1) >> 8;
-                    const int d2 = static_cast<signed char>(m & 0xff);
-                    m = (m - d2) >> 8;
-                    const int dg = digit == 0 ? d0 : digit == 1 ? d1 : digit == 2 ? d2 : m;
-                    w[reg] |= static_cast<u32>(dg & 0xff) << (8 * e);
+                    const int m = static_cast<int>(qs[bb * r + h][d]) * (1 << (2 * (3 - quarter)));
+                    v[e] = (static_cast<u32>(m) + 0x00808080u) ^ 0x00808080u;
                 }
-        QW::frags(p, b0 + bb, kvh)[f] = make_uint2(w[0], w[1]);
+            /* 4 x 4 byte transpose: word k = byte k of v[0..3] */
+            const u32 t0 = __byte_perm(v[0], v[1], 0x5140), t1 = __byte_perm(v[2], v[3], 0x5140);
+            const u32 t2 = __byte_perm(v[0], v[1], 0x7362), t3 = __byte_perm(v[2], v[3], 0x7362);
+            w[0][reg] = __byte_perm(t0, t1, 0x5410), w[1][reg] = __byte_perm(t0, t1, 0x7632);
+            w[2][reg] = __byte_perm(t2, t3, 0x5410), w[3][reg] = __byte_perm(t2, t3, 0x7632);
+        }
+        /* digit k of head h: n-tile 2 (h / 4) + k / 2, column g = 2 (h % 4) + k % 2 */
+        uint2 *fr = QW::frags(p, b0 + bb, kvh);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int nt = 2 * hb + k / 2, g = 2 * hh + (k & 1);
+            fr[(nt * KSI + ks) * 32 + 4 * g + c] = make_uint2(w[k][0], w[k][1]);
+        }
     }
 }
 
@@ -1541,6 +1556,14 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     __shared__ __align__(16) float o_int2[ROWS * PAD];
     __shared__ float lse_part[ROWS][2];
     __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
+    /* v13: per row, computed once by one thread each: its (request, head)
+       row in the workspace, its output element offset, and the two parts'
+       final weights. v11 recomputed them (two run-time divisions by the group
+       ratio each) wherever a row was used, and every lane walked all ROWS rows
+       to finish its own: at 128 x 4K (ROWS 16) the output phase alone was
+       half of the kernel's 16.2M warp instructions (ncu, session 13). */
+    __shared__ i64 row_ws[ROWS], row_out[ROWS];
+    __shared__ float row_w[ROWS][2];
     pdl_launch_next();
     const int r = p.group_ratio, nb = p.merge_requests, kvh = blockIdx.y, b0 = blockIdx.x * nb;
     const int rows = min(nb, p.batch_size - b0) * r;
@@ -1548,7 +1571,11 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
     /* row j: request b0 + j / r, q head kvh * r + j % r */
-    auto head_row = [&](int j) { return static_cast<i64>(b0 + j / r) * p.num_q_heads + kvh * r + j % r; };
+    if (static_cast<int>(threadIdx.x) < rows) {
+        const int j = threadIdx.x, bb = b0 + j / r, h = kvh * r + j % r;
+        row_ws[j] = static_cast<i64>(bb) * p.num_q_heads + h;
+        row_out[j] = bb * p.o_batch_stride + h * p.o_head_stride;
+    }
     /* this lane's piece of R_v's row n, loaded before the wait (a constant
        input) where it fits in registers (D <= 128: 32 floats) */
     constexpr bool PREFETCH = PER <= 32 && ROWS < 16; /* at 16 rows the 64-register cap spilled (ncu, 128 x 4K) */
@@ -1558,17 +1585,30 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
     if (p.int2_splits > 0) { /* v10: this CTA's groups, not the window grid */
         if (static_cast<int>(threadIdx.x) < rows / r) wait_splits_done(p, b0 + threadIdx.x, kvh);
-        __syncthreads();
     } else {
         pdl_wait();
     }
+    __syncthreads();
     /* weights: warp per (row, part) */
     for (int job = warp; job < 2 * rows; job += WARPS) {
         const int j = job >> 1, part = job & 1;
         const int s0 = part ? p.int2_splits : 0, ns = part ? p.win_splits : p.int2_splits;
-        split_weights<MAX_SPLITS>(ws_lse + head_row(j) * splits + s0, ns, wgt[part][j], &lse_part[j][part], lane);
+        split_weights<MAX_SPLITS>(ws_lse + row_ws[j] * splits + s0, ns, wgt[part][j], &lse_part[j][part], lane);
     }
     __syncthreads();
+    /* each row's two part weights and its lse, once */
+    if (static_cast<int>(threadIdx.x) < rows) {
+        const int j = threadIdx.x;
+        const float l1 = lse_part[j][0], l2 = lse_part[j][1];
+        const float m = fmaxf(l1, l2);
+        const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
+        const float inv = w1 + w2 > 0.f ? 1.f / (w1 + w2) : 0.f;
+        row_w[j][0] = w1 * inv, row_w[j][1] = w2 * inv;
+        if (p.lse) {
+            const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
+            reinterpret_cast<float *>(p.lse)[row_ws[j]] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
+        }
+    }
     /* the INT2 part of every row, in the rotated space, all of a thread's
        items' loads at once; an empty split (weight 0: all of a row's when it
        has none) may hold stale values, NaN included: selected away */
@@ -1580,7 +1620,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         for (int it = 0; it < ITEMS; it++) {
             const int i = threadIdx.x + it * THREADS, j = i < rows * D ? i / D : 0;
             ok[it] = i < rows * D;
-            src[it] = ws_o + head_row(j) * splits * D + i % D;
+            src[it] = ws_o + row_ws[j] * splits * D + i % D;
             w[it] = wgt[0][j];
         }
         weighted_split_sums<ITEMS, (8 / ITEMS > 1 ? 8 / ITEMS : 1)>(src, w, ok, p.int2_splits, D, o);
@@ -1591,8 +1631,8 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         }
     }
     __syncthreads();
-    /* o = (w1 * (o_int2 @ R_v^T) + w2 * o_win) / (w1 + w2): lanes q of dim n
-       take R's row n in PER-float pieces and serve every row */
+    /* o = w1' * (o_int2 @ R_v^T) + w2' * o_win: lanes q of dim n take R's row
+       n in PER-float pieces and serve every row */
     float x[ROWS];
 #pragma unroll
     for (int j = 0; j < ROWS; j++) x[j] = 0.f;
@@ -1617,8 +1657,17 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         for (int j = 0; j < ROWS; j++)
             if (j < rows) x[j] = o_int2[j * PAD + n + 4 * (n / 32)];
     }
-    /* lane q of dim n finishes rows q, q + Q, ...: first their window parts,
+    /* lane q of dim n finishes rows q, q + Q, ...: its rows' INT2 values
+       (every lane of the dim holds every row's), then their window parts,
        every load at once (all weights 0 where a row has no window tokens) */
+    float xs[RPL];
+#pragma unroll
+    for (int k = 0; k < RPL; k++) {
+        xs[k] = 0.f;
+#pragma unroll
+        for (int qq = 0; qq < Q; qq++)
+            if (qq + Q * k < ROWS && q == qq) xs[k] = x[qq + Q * k];
+    }
     float win[RPL];
     {
         const float *src[RPL], *w[RPL];
@@ -1627,26 +1676,16 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         for (int k = 0; k < RPL; k++) {
             const int j = q + Q * k, jj = j < rows ? j : 0;
             ok[k] = j < rows;
-            src[k] = ws_o + (head_row(jj) * splits + p.int2_splits) * D + n;
+            src[k] = ws_o + (row_ws[jj] * splits + p.int2_splits) * D + n;
             w[k] = wgt[1][jj];
         }
         weighted_split_sums<RPL, (8 / RPL > 1 ? 8 / RPL : 1)>(src, w, ok, p.win_splits, D, win);
     }
+    u16 *o = reinterpret_cast<u16 *>(p.o) + n;
 #pragma unroll
-    for (int j = 0; j < ROWS; j++) {
-        if (j >= rows) break;
-        if (j % Q != q) continue;
-        const i64 hrow = head_row(j);
-        const float l1 = lse_part[j][0], l2 = lse_part[j][1];
-        const float m = fmaxf(l1, l2);
-        const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
-        const float wn = win[j / Q];
-        u16 *o = reinterpret_cast<u16 *>(p.o) + (b0 + j / r) * p.o_batch_stride + (kvh * r + j % r) * p.o_head_stride;
-        o[n] = from_f32(w1 + w2 > 0.f ? (w1 * x[j] + w2 * wn) / (w1 + w2) : 0.f, p.o_dtype);
-        if (n == 0 && p.lse) {
-            const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
-            reinterpret_cast<float *>(p.lse)[hrow] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
-        }
+    for (int k = 0; k < RPL; k++) {
+        const int j = q + Q * k;
+        if (j < rows) o[row_out[j]] = from_f32(fmaf(row_w[j][0], xs[k], row_w[j][1] * win[k]), p.o_dtype);
     }
     pdl_wait(); /* this grid's completion implies the window grid's */
 }
