@@ -581,13 +581,16 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
 #pragma unroll
         for (int j = 0; j < QR; j++) acc[j] = 0.f;
         for (int row0 = 0; row0 < D; row0 += CHUNK_ROWS) {
-            if (row0 > 0)
-#pragma unroll
-                for (int u = 0; u < F4; u++)
-                    v[u] = reinterpret_cast<const float4 *>(R + static_cast<i64>(row0) * D)[t + u * THREADS];
 #pragma unroll
             for (int u = 0; u < F4; u++) reinterpret_cast<float4 *>(rs)[t + u * THREADS] = v[u];
             __syncthreads();
+            /* v13: the next chunk's loads (D 256: R_k is four 64-KB chunks) are
+               issued before this chunk's matvec, so they fly while it runs (v12
+               issued them after it: one exposed round trip per chunk) */
+            if (row0 + CHUNK_ROWS < D)
+#pragma unroll
+                for (int u = 0; u < F4; u++)
+                    v[u] = reinterpret_cast<const float4 *>(R + static_cast<i64>(row0 + CHUNK_ROWS) * D)[t + u * THREADS];
             /* the loop nest per count of column groups: rows are a run-time count */
             if (nj == 1)
                 prep_matvec<1, D, QR, CHUNK_ROWS, PARTS>(rs, qt, row0, part, n, acc);
