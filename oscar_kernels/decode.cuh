@@ -861,16 +861,17 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
 
     const bool capped = p.logit_cap > 0.f;
     const float cap_log2 = p.logit_cap * 1.4426950408889634f;
-    /* (scale, min) of group grp of token row `tok` of a stage's scale block */
-    auto affine = [&](const u8 *sb, int tok, int grp, float &scale, float &mn) {
+    /* the stored pair of group grp of token row `tok` of a stage's scale
+       block as floats: (scale, zero) with F32_SCALES, else (scale, min) */
+    auto scale_pair = [&](const u8 *sb, int tok, int grp, float &scale, float &second) {
         if constexpr (F32_SCALES) {
             const float2 sz = *reinterpret_cast<const float2 *>(sb + tok * SC + 8 * grp);
             scale = sz.x;
-            mn = -sz.y * sz.x;
+            second = sz.y;
         } else {
             const u32 w = *reinterpret_cast<const u32 *>(sb + tok * SC + 4 * grp);
             scale = f16_to_f32(static_cast<u16>(w & 0xffffu));
-            mn = f16_to_f32(static_cast<u16>(w >> 16));
+            second = f16_to_f32(static_cast<u16>(w >> 16));
         }
     };
 
@@ -887,7 +888,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     pdl_wait();
     pdl_launch_next();
     u32 qf[KSI][NT][2];
-    float qsum[HS][G], nqsum[HS][G], qinv[HS];
+    float qsum[HS][G], qinv[HS];
     {
         const uint2 *frag = QW::frags(p, b, kvh);
 #pragma unroll
@@ -902,7 +903,7 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
         for (int j = 0; j < HS; j++) {
             qinv[j] = sums[HEADS * G + c + 4 * j];
 #pragma unroll
-            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp], nqsum[j][grp] = -qsum[j][grp];
+            for (int grp = 0; grp < G; grp++) qsum[j][grp] = sums[(c + 4 * j) * G + grp];
         }
     }
 
@@ -956,13 +957,8 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                 }
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    float sc, mn, zr = 0.f;
-                    if constexpr (F32_SCALES) {
-                        const float2 sz = *reinterpret_cast<const float2 *>(ksb + (sub * 16 + g + 8 * half) * SC + 8 * grp);
-                        sc = sz.x, zr = sz.y;
-                    } else {
-                        affine(ksb, sub * 16 + g + 8 * half, grp, sc, mn);
-                    }
+                    float sc, zm; /* zm: zero (F32_SCALES) or min */
+                    scale_pair(ksb, sub * 16 + g + 8 * half, grp, sc, zm);
 #pragma unroll
                     for (int j = 0; j < HS; j++) {
                         /* digits 0 + 1 and 2 + 3: |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256) */
@@ -970,10 +966,10 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                         const int hi = si[2 * j + 1][2 * half] + 256 * si[2 * j + 1][2 * half + 1];
                         const float x = fmaf(static_cast<float>(hi), 65536.f, static_cast<float>(lo));
                         if constexpr (F32_SCALES) {
-                            sv[half][j] = fmaf(sc, fmaf(x, qinv[j], zr * nqsum[j][grp]), sv[half][j]);
+                            sv[half][j] = fmaf(sc, fmaf(x, qinv[j], -(zm * qsum[j][grp])), sv[half][j]);
                         } else {
                             sv[half][j] = fmaf(sc, x, sv[half][j]);
-                            smn[half][j] = fmaf(mn, qsum[j][grp], smn[half][j]);
+                            smn[half][j] = fmaf(zm, qsum[j][grp], smn[half][j]);
                         }
                     }
                 }
@@ -1066,16 +1062,9 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
                 /* with the reference's (scale, zero) the min term is summed as
                    + (p scale) zero and negated after the loop (v11 formed
                    -zero * scale per token first) */
-                float sc[2], mn[2];
+                float sc[2], mn[2]; /* mn: zero (F32_SCALES) or min */
 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    if constexpr (F32_SCALES) {
-                        const float2 sz = *reinterpret_cast<const float2 *>(vsb + (sub * 16 + g + 8 * half) * SC + 8 * grp);
-                        sc[half] = sz.x, mn[half] = sz.y;
-                    } else {
-                        affine(vsb, sub * 16 + g + 8 * half, grp, sc[half], mn[half]);
-                    }
-                }
+                for (int half = 0; half < 2; half++) scale_pair(vsb, sub * 16 + g + 8 * half, grp, sc[half], mn[half]);
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     if constexpr (PACK) {
