@@ -209,6 +209,27 @@ __device__ __forceinline__ void imma_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* D[16x8] += A[16x8] * B[8x8] on the tf32 tensor cores, f32 accumulate. The
+   operands are f32 bit patterns; the mma reads their top 19 bits (tf32). */
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* x = hi + lo: hi = x rounded to tf32, lo = x - hi (exact in f32). The mma
+   truncates lo to tf32, so the pair carries ~21 bits of x: a product summed
+   as lo_a hi_b + hi_a lo_b + hi_a hi_b ("3xTF32") is within ~2^-20 of the
+   f32 product, where one tf32 mma alone is within ~2^-11. */
+struct tf32_pair {
+    u32 hi, lo;
+};
+__device__ __forceinline__ tf32_pair tf32_split(float x) {
+    u32 h;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+    return {h, __float_as_uint(x - __uint_as_float(h))};
+}
+
 /* The QK A fragments of k-step ks (m16n8k32, u8) from a lane's ldmatrix
    registers: each register is 4 code bytes of one token (byte j of the
    quartered packing holds dims j, j + D/4, j + D/2, j + 3D/4), and one AND
@@ -1532,19 +1553,36 @@ __device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int
    49.8 us alone; 4 requests per CTA: 44.8 us. The rows' latency chains run
    one after another in a CTA: at 32 x 8K 4 per CTA took 34.8 instead of
    15.3 us, so the plan gives several only when the CTAs would not fit in
-   two per SM). */
+   two per SM).
+   The R_v^T mat-vec: with 8 or 16 rows (v14, TC) on the tf32 tensor cores,
+   3xTF32 (tf32_split: within ~2^-20 of f32 arithmetic), one m16n8k8 chain
+   per n-tile of 8 output dims -- v13's FFMA mat-vec read o_int2 from shared
+   memory once per 4 FMAs and was ~4.9M of the merge's 8.65M warp
+   instructions at 128 x 4K (ncu, session 13). With 4 rows the FFMA mat-vec
+   stays: there it is ~180 instructions per thread, no more than the mma's,
+   and a shorter dependent chain. */
 template <int D, int ROWS>
 __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
-    constexpr int Q = THREADS / D, PER = D / Q; /* lanes per output dim, dims of R's row per lane */
-    /* o_int2 [row][d + 4 (d / 32)]: the Q lanes of a dim read 16-byte pieces
-       in Q different bank groups (v2-v7 padded by one float per 32, which
-       left the pieces unaligned: four scalar loads per four FMAs) */
-    constexpr int PAD = D + D / 8;
+    constexpr bool TC = ROWS >= 8;
+    /* FFMA: Q lanes per output dim n, each PER dims of R's row n */
+    constexpr int Q = THREADS / D, PER = D / Q;
     static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
+    /* TC: NT n-tiles of 8 dims, NTW per warp on the first TCW warps; KS
+       16-dim k chunks; RM = 2 where the mma's rows 8-15 are in use. Lane
+       (g, c) finishes rows g (+ 8) x dims 8 nt + 2c, 8 nt + 2c + 1. */
+    constexpr int NT = D / 8, NTW = NT > WARPS ? NT / WARPS : 1, TCW = NT < WARPS ? NT : WARPS, KS = D / 16;
+    constexpr int RM = ROWS > 8 ? 2 : 1;
+    /* o_int2 rows PAD words apart. FFMA: [d + 4 (d / 32)], so the Q lanes of
+       a dim read 16-byte pieces in Q different bank groups (v2-v7 padded by
+       one float per 32, which left the pieces unaligned). TC: [d] with PAD =
+       D + 16 = 16 (mod 32): a quarter warp's 16-byte loads (two rows x 16
+       dims) hit every bank once. */
+    constexpr int PAD = TC ? D + 16 : D + D / 8;
     constexpr int ITEMS = (ROWS * D + THREADS - 1) / THREADS; /* (row, dim) items per thread */
-    constexpr int RPL = (ROWS + Q - 1) / Q;                   /* rows a lane finishes */
+    constexpr int RPL = (ROWS + Q - 1) / Q;                   /* FFMA: rows a lane finishes */
+    constexpr int OWN = TC ? 2 * RM * NTW : RPL;              /* outputs a lane finishes */
     __shared__ __align__(16) float o_int2[ROWS * PAD];
     __shared__ float lse_part[ROWS][2];
     __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
@@ -1568,13 +1606,27 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         row_ws[j] = static_cast<i64>(bb) * p.num_q_heads + h;
         row_out[j] = bb * p.o_batch_stride + h * p.o_head_stride;
     }
-    /* this lane's piece of R_v's row n, loaded before the wait (a constant
-       input) where it fits in registers (D <= 128: 32 floats) */
-    constexpr bool PREFETCH = PER <= 32 && ROWS < 16; /* at 16 rows the 64-register cap spilled (ncu, 128 x 4K) */
+    /* this lane's pieces of R_v, loaded before the wait (a constant input)
+       where they fit in registers (32 floats): at 16 rows the 64-register cap
+       spilled (ncu, 128 x 4K), at D 256 they are 128 floats */
+    constexpr bool PREFETCH = TC ? ROWS < 16 && NTW * KS <= 8 : PER <= 32 && ROWS < 16;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
-    const int n = threadIdx.x / Q, q = threadIdx.x % Q;
-    float4 rrow[PREFETCH ? PER / 4 : 1];
-    const float4 *row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
+    const int n = threadIdx.x / Q, q = threadIdx.x % Q; /* FFMA */
+    const int g = lane >> 2, c = lane & 3;              /* TC */
+    float4 rrow[!TC && PREFETCH ? PER / 4 : 1];
+    const float4 *row = nullptr;
+    float4 rb[TC && PREFETCH ? NTW * KS : 1];
+    if constexpr (TC) {
+        if (PREFETCH && R && warp < TCW)
+#pragma unroll
+            for (int t = 0; t < NTW; t++)
+#pragma unroll
+                for (int kc = 0; kc < KS; kc++)
+                    rb[PREFETCH ? t * KS + kc : 0] =
+                        reinterpret_cast<const float4 *>(R + static_cast<i64>(8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
+    } else {
+        row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
+    }
     if (p.int2_splits > 0) { /* v10: this CTA's groups, not the window grid */
         if (static_cast<int>(threadIdx.x) < rows / r) wait_splits_done(p, b0 + threadIdx.x, kvh);
     } else {
@@ -1619,65 +1671,126 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
 #pragma unroll
         for (int it = 0; it < ITEMS; it++) {
             const int i = threadIdx.x + it * THREADS, d = i % D;
-            if (ok[it]) o_int2[(i / D) * PAD + d + 4 * (d / 32)] = o[it];
+            if (ok[it]) o_int2[(i / D) * PAD + (TC ? d : d + 4 * (d / 32))] = o[it];
         }
+        /* TC: the mma reads every row; rows past the CTA's are zeros */
+        if (TC)
+            for (int i = rows * D + threadIdx.x; i < ROWS * D; i += THREADS) o_int2[(i / D) * PAD + i % D] = 0.f;
     }
     __syncthreads();
-    /* o = w1' * (o_int2 @ R_v^T) + w2' * o_win: lanes q of dim n take R's row
-       n in PER-float pieces and serve every row */
-    float x[ROWS];
+    /* o = w1' * (o_int2 @ R_v^T) + w2' * o_win: the outputs (row own_j, dim
+       own_n) this lane finishes and their INT2 values own_x */
+    int own_j[OWN], own_n[OWN];
+    float own_x[OWN];
+    bool own_ok;
+    if constexpr (TC) {
+        /* k order: in 16-dim chunk kc lane c loads dims 16 kc + 4c .. + 3 of
+           A and B (16 bytes each) and feeds dims 4c, 4c + 1 to the first
+           mma as its k = c, c + 4 and 4c + 2, 4c + 3 to the second: a
+           permutation of k shared by A and B, so the same products. Two
+           accumulators (one per mma of a chunk) halve the dependent chain. */
+        float acc[NTW][2][4];
 #pragma unroll
-    for (int j = 0; j < ROWS; j++) x[j] = 0.f;
-    if (R) {
+        for (int t = 0; t < NTW; t++)
 #pragma unroll
-        for (int d4 = 0; d4 < PER / 4; d4++) {
-            const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
-            const int d = q * PER + 4 * d4, o0 = d + 4 * (d / 32); /* 4 dims never straddle a pad */
+            for (int s = 0; s < 2; s++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[t][s][e] = 0.f;
+        own_ok = warp < TCW;
+        if (R && own_ok) {
+#pragma unroll
+            for (int kc = 0; kc < KS; kc++) {
+                tf32_pair a[2][4]; /* [row half][dim 4c + e] */
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 v = h < RM ? *reinterpret_cast<const float4 *>(&o_int2[(g + 8 * h) * PAD + 16 * kc + 4 * c])
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+                    a[h][0] = tf32_split(v.x), a[h][1] = tf32_split(v.y), a[h][2] = tf32_split(v.z), a[h][3] = tf32_split(v.w);
+                }
+#pragma unroll
+                for (int t = 0; t < NTW; t++) {
+                    const float4 bv =
+                        PREFETCH ? rb[PREFETCH ? t * KS + kc : 0]
+                                 : reinterpret_cast<const float4 *>(R + static_cast<i64>(8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
+                    const tf32_pair b[4] = {tf32_split(bv.x), tf32_split(bv.y), tf32_split(bv.z), tf32_split(bv.w)};
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        const tf32_pair &x0 = a[0][2 * s], &x1 = a[1][2 * s], &x2 = a[0][2 * s + 1], &x3 = a[1][2 * s + 1];
+                        const tf32_pair &y0 = b[2 * s], &y1 = b[2 * s + 1];
+                        mma_1688_tf32(acc[t][s], x0.lo, x1.lo, x2.lo, x3.lo, y0.hi, y1.hi);
+                        mma_1688_tf32(acc[t][s], x0.hi, x1.hi, x2.hi, x3.hi, y0.lo, y1.lo);
+                        mma_1688_tf32(acc[t][s], x0.hi, x1.hi, x2.hi, x3.hi, y0.hi, y1.hi);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NTW; t++)
+#pragma unroll
+            for (int h = 0; h < RM; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int k = (t * RM + h) * 2 + e, j = g + 8 * h, d = 8 * (warp + WARPS * t) + 2 * c + e;
+                    own_j[k] = j, own_n[k] = d;
+                    own_x[k] = R ? acc[t][0][2 * h + e] + acc[t][1][2 * h + e] : own_ok ? o_int2[j * PAD + d] : 0.f;
+                }
+    } else {
+        /* lanes q of dim n take R's row n in PER-float pieces and serve every row */
+        float x[ROWS];
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) x[j] = 0.f;
+        if (R) {
+#pragma unroll
+            for (int d4 = 0; d4 < PER / 4; d4++) {
+                const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
+                const int d = q * PER + 4 * d4, o0 = d + 4 * (d / 32); /* 4 dims never straddle a pad */
+#pragma unroll
+                for (int j = 0; j < ROWS; j++)
+                    if (j < rows) {
+                        const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[j * PAD + o0]);
+                        x[j] = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x[j]))));
+                    }
+            }
 #pragma unroll
             for (int j = 0; j < ROWS; j++)
-                if (j < rows) {
-                    const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[j * PAD + o0]);
-                    x[j] = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x[j]))));
-                }
+#pragma unroll
+                for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
+        } else {
+#pragma unroll
+            for (int j = 0; j < ROWS; j++)
+                if (j < rows) x[j] = o_int2[j * PAD + n + 4 * (n / 32)];
         }
-#pragma unroll
-        for (int j = 0; j < ROWS; j++)
-#pragma unroll
-            for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
-    } else {
-#pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (j < rows) x[j] = o_int2[j * PAD + n + 4 * (n / 32)];
-    }
-    /* lane q of dim n finishes rows q, q + Q, ...: its rows' INT2 values
-       (every lane of the dim holds every row's), then their window parts,
-       every load at once (all weights 0 where a row has no window tokens) */
-    float xs[RPL];
-#pragma unroll
-    for (int k = 0; k < RPL; k++) {
-        xs[k] = 0.f;
-#pragma unroll
-        for (int qq = 0; qq < Q; qq++)
-            if (qq + Q * k < ROWS && q == qq) xs[k] = x[qq + Q * k];
-    }
-    float win[RPL];
-    {
-        const float *src[RPL], *w[RPL];
-        bool ok[RPL];
+        /* lane q of dim n finishes rows q, q + Q, ... (every lane of the dim
+           holds every row's value) */
+        own_ok = true;
 #pragma unroll
         for (int k = 0; k < RPL; k++) {
-            const int j = q + Q * k, jj = j < rows ? j : 0;
-            ok[k] = j < rows;
-            src[k] = ws_o + (row_ws[jj] * splits + p.int2_splits) * D + n;
+            own_j[k] = q + Q * k, own_n[k] = n, own_x[k] = 0.f;
+#pragma unroll
+            for (int qq = 0; qq < Q; qq++)
+                if (qq + Q * k < ROWS && q == qq) own_x[k] = x[qq + Q * k];
+        }
+    }
+    /* the window parts of the lane's outputs, every load at once (all
+       weights 0 where a row has no window tokens), then o */
+    float win[OWN];
+    {
+        const float *src[OWN], *w[OWN];
+        bool ok[OWN];
+#pragma unroll
+        for (int k = 0; k < OWN; k++) {
+            const int j = own_j[k], jj = j < rows ? j : 0;
+            ok[k] = own_ok && j < rows;
+            src[k] = ws_o + (row_ws[jj] * splits + p.int2_splits) * D + own_n[k];
             w[k] = wgt[1][jj];
         }
-        weighted_split_sums<RPL, (8 / RPL > 1 ? 8 / RPL : 1)>(src, w, ok, p.win_splits, D, win);
+        weighted_split_sums<OWN, (8 / OWN > 1 ? 8 / OWN : 1)>(src, w, ok, p.win_splits, D, win);
     }
-    u16 *o = reinterpret_cast<u16 *>(p.o) + n;
+    u16 *o = reinterpret_cast<u16 *>(p.o);
 #pragma unroll
-    for (int k = 0; k < RPL; k++) {
-        const int j = q + Q * k;
-        if (j < rows) o[row_out[j]] = from_f32(fmaf(row_w[j][0], xs[k], row_w[j][1] * win[k]), p.o_dtype);
+    for (int k = 0; k < OWN; k++) {
+        const int j = own_j[k];
+        if (own_ok && j < rows) o[row_out[j] + own_n[k]] = from_f32(fmaf(row_w[j][0], own_x[k], row_w[j][1] * win[k]), p.o_dtype);
     }
     pdl_wait(); /* this grid's completion implies the window grid's */
 }
