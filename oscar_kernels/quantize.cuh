@@ -494,13 +494,32 @@ __device__ __forceinline__ i64 q_slot_entry(const u8 *e, int dtype) {
                                       : static_cast<i64>(*reinterpret_cast<const i32 *>(e));
 }
 
-/* page and offset of a slot; 32-bit division where the slot fits */
-__device__ __forceinline__ void q_split_slot(i64 slot, int page_size, i64 &page, i64 &off) {
+/* Division of values below 2^31 by a divisor fixed for the whole launch
+   (the KV-head count, page sizes), set up once per thread: with l = ceil(log2
+   d) and m = ceil(2^(31 + l) / d) < 2^32, floor(n / d) = (n m) >> (31 + l) for
+   every n < 2^31 (Granlund and Montgomery: the error m d - 2^(31 + l) < d <=
+   2^l, times n, stays under 2^(31 + l)). A multiply and a shift where a
+   32-bit division by a run-time value is ~20 instructions: v9 divided five
+   times per 32-row step (three by the head count, two by page sizes). */
+struct q_divisor {
+    u32 m, s;
+    __device__ __forceinline__ explicit q_divisor(u32 d) {
+        const u32 l = d > 1u ? 32u - static_cast<u32>(__clz(d - 1u)) : 0u;
+        s = 31u + l;
+        m = (d & (d - 1u)) == 0u ? 0x80000000u /* 2^(31 + l) / 2^l: no 64-bit division */
+                                 : static_cast<u32>(((1ull << s) + d - 1u) / d);
+    }
+    __device__ __forceinline__ u32 div(u32 n) const { return static_cast<u32>((static_cast<u64>(n) * m) >> s); }
+};
+
+/* page and offset of a slot (dv divides by page_size); the fast division
+   where the slot fits in 31 bits */
+__device__ __forceinline__ void q_split_slot(i64 slot, int page_size, const q_divisor &dv, i64 &page, i64 &off) {
     if (page_size == 1) {
         page = slot, off = 0;
     } else if (slot <= 0x7fffffffLL) {
-        const u32 s = static_cast<u32>(slot), ps = static_cast<u32>(page_size), pg = s / ps;
-        page = pg, off = s - pg * ps;
+        const u32 sl = static_cast<u32>(slot), pg = dv.div(sl);
+        page = pg, off = sl - pg * static_cast<u32>(page_size);
     } else {
         page = slot / page_size, off = slot - page * page_size;
     }
@@ -658,10 +677,12 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        shared memory with cp.async two steps ahead (no registers held, no
        wait), read back to compute the source address one step ahead and the
        destination addresses when the codes are stored */
+    const q_divisor div_h(static_cast<u32>(H)), div_src_page(static_cast<u32>(p.src_page_size)),
+        div_pool_page(static_cast<u32>(p.pool.page_size));
     auto row_of = [&](i64 st, int &head, i64 &tok) {
         const i64 row = st * ROWS + my_row;
         if (st >= steps || row >= rows) return false;
-        const u32 r32 = static_cast<u32>(row), tok32 = r32 / static_cast<u32>(H); /* rows < 2^31: validated */
+        const u32 r32 = static_cast<u32>(row), tok32 = div_h.div(r32); /* rows < 2^31: validated */
         tok = tok32;
         head = static_cast<int>(r32 - tok32 * static_cast<u32>(H));
         return true;
@@ -683,7 +704,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         const i64 sslot = p.src_slots ? q_slot_entry(slot_area + (ring * 32 + lane) * 16, p.slot_dtype) : tok;
         if (sslot < 0) return static_cast<i64>(-1);
         i64 page, off;
-        q_split_slot(sslot, p.src_page_size, page, off);
+        q_split_slot(sslot, p.src_page_size, div_src_page, page, off);
         return page * p.src_page_stride + off * p.src_token_stride + head * p.src_head_stride;
     };
     auto dst_offs_of = [&](i64 st, int ring, i64 &code_off, i64 &scale_off) {
@@ -696,7 +717,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         const i64 dslot = q_slot_entry(e + 8, p.slot_dtype);
         if (sslot < 0 || dslot < 0 || dslot >= num_slots) return;
         i64 page, off;
-        q_split_slot(dslot, p.pool.page_size, page, off);
+        q_split_slot(dslot, p.pool.page_size, div_pool_page, page, off);
         code_off = page * p.pool.codes_page_stride + off * p.pool.codes_token_stride +
                    static_cast<i64>(head) * p.pool.codes_head_stride;
         scale_off = page * p.pool.scales_page_stride + off * p.pool.scales_token_stride +
