@@ -340,3 +340,41 @@ Test(quantize_thresh, clipped_table_scales_with_tau_exponent) {
            usable, markers, checked);
     cr_assert(usable >= 300, "most entries usable (%ld of 384)", usable);
 }
+
+/* quantize.cuh's q_divisor (bb19712), mirrored: the address code divides row
+   indices by the KV-head count and slots by page sizes as (n m) >> (31 + l)
+   with l = ceil(log2 d), m = ceil(2^(31 + l) / d) (2^31 for powers of two).
+   Exact for every n < 2^31: checked here for every d <= 2048, a geometric
+   sweep of d to 70000 and large d up to 2^31 - 1, with n at both ends of the
+   range, around multiples of d and random. The GPU tests only reach small n. */
+static uint32_t div_ms(uint32_t n, uint32_t d) {
+    const uint32_t l = d > 1u ? 32u - (uint32_t)__builtin_clz(d - 1u) : 0u, s = 31u + l;
+    const uint32_t m = (d & (d - 1u)) == 0u ? 0x80000000u : (uint32_t)(((1ull << s) + d - 1u) / d);
+    return (uint32_t)(((uint64_t)n * m) >> s);
+}
+Test(quantize_thresh, divisor_multiply_shift_is_exact) {
+    static const uint32_t big[] = {0x7fffffffu, 0x40000001u, 0x40000000u, 0x3fffffffu, 123456789u, 65537u, 1000003u};
+    uint64_t x = 0x9e3779b97f4a7c15ull, checked = 0;
+    uint32_t d, k;
+    for (d = 1; d <= 70000; d = d < 2048 ? d + 1 : d + d / 64) {
+        for (k = 0; k < 4000; k++) {
+            uint32_t n;
+            if (k < 32) n = 0x7fffffffu - k;
+            else if (k < 64) n = k - 32;
+            else if (k < 1064) n = (uint32_t)(((uint64_t)d * (k - 64) * 2147u) % 0x80000000u) - (k & 1);
+            else x = x * 6364136223846793005ull + 1442695040888963407ull, n = (uint32_t)(x >> 33);
+            n &= 0x7fffffffu;
+            cr_assert_eq(div_ms(n, d), n / d, "d = %u, n = %u", d, n);
+            checked++;
+        }
+    }
+    for (k = 0; k < sizeof big / sizeof big[0]; k++)
+        for (d = 0; d < 200000; d++) {
+            uint32_t n;
+            x = x * 6364136223846793005ull + 1442695040888963407ull, n = (uint32_t)(x >> 33) & 0x7fffffffu;
+            if (d < 16) n = 0x7fffffffu - d;
+            cr_assert_eq(div_ms(n, big[k]), n / big[k], "d = %u, n = %u", big[k], n);
+            checked++;
+        }
+    cr_log_info("%llu (d, n) pairs exact", (unsigned long long)checked);
+}
