@@ -92,8 +92,9 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
                  oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
         break;
-    case 3: /* the per-KV-head merge: group_ratio carries its ROWS (4, 8 or 16) */
-        snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d>", head_dim, group_ratio);
+    case 3: /* the per-KV-head merge: group_ratio carries its ROWS (4, 8 or 16), page_size its
+               DSPLIT (CTAs per group, each finishing head_dim / DSPLIT output dims: 1, or 4 at 256) */
+        snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d, %d>", head_dim, group_ratio, page_size);
         break;
     default: snprintf(out, cap, "oscar::decode_merge_head_kernel<%d>", head_dim); break;
     }
@@ -137,6 +138,10 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
         for (nh = 4; nh <= 16; nh *= 2) {
             oscar__name_decode(name, sizeof name, 3, hd, hd, 1, nh, 0, 0);
             oscar__registry_add("decode.cuh", "%s", name);
+            if (hd == 256) {
+                oscar__name_decode(name, sizeof name, 3, hd, hd, 4, nh, 0, 0);
+                oscar__registry_add("decode.cuh", "%s", name);
+            }
         }
         oscar__name_decode(name, sizeof name, 4, hd, hd, 1, 1, 0, 0);
         oscar__registry_add("decode.cuh", "%s", name);

@@ -1560,19 +1560,30 @@ __device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int
    memory once per 4 FMAs and was ~4.9M of the merge's 8.65M warp
    instructions at 128 x 4K (ncu, session 13). With 4 rows the FFMA mat-vec
    stays: there it is ~180 instructions per thread, no more than the mma's,
-   and a shorter dependent chain. */
-template <int D, int ROWS>
+   and a shorter dependent chain.
+   DSPLIT (v15) CTAs share a group (grid z), each finishing D / DSPLIT
+   output dims: each sums the INT2 partials of all D dims (the mat-vec's
+   input, 16 KB at 4 rows and D 256) but reads only its part of R_v. The
+   plan takes 4 at head dim 256 where four times the merge CTAs still fit in
+   one wave (oscar__decode_merge_dim_split): a quarter of R_v (64 KB) then
+   fits in registers before the wait, where v14 streamed all 256 KB from L2
+   after it (17.7 us alone at 8 x 32K, ncu; 8 x 32K D 256 -12% in the step,
+   but 32 x 8K D 256 +4% with its 1024 CTAs in four waves). */
+template <int D, int ROWS, int DSPLIT>
 __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
     constexpr bool TC = ROWS >= 8;
+    /* this CTA's output dims: n0 .. n0 + DO - 1 */
+    constexpr int DO = D / DSPLIT;
+    static_assert(DSPLIT == 1 || (D == 256 && DSPLIT == 4), "merge dim split");
     /* FFMA: Q lanes per output dim n, each PER dims of R's row n */
-    constexpr int Q = THREADS / D, PER = D / Q;
-    static_assert(Q * D == THREADS && Q <= 32, "merge tiling");
+    constexpr int Q = THREADS / DO, PER = D / Q;
+    static_assert(Q * DO == THREADS && Q <= 32, "merge tiling");
     /* TC: NT n-tiles of 8 dims, NTW per warp on the first TCW warps; KS
        16-dim k chunks; RM = 2 where the mma's rows 8-15 are in use. Lane
-       (g, c) finishes rows g (+ 8) x dims 8 nt + 2c, 8 nt + 2c + 1. */
-    constexpr int NT = D / 8, NTW = NT > WARPS ? NT / WARPS : 1, TCW = NT < WARPS ? NT : WARPS, KS = D / 16;
+       (g, c) finishes rows g (+ 8) x dims n0 + 8 nt + 2c, + 1. */
+    constexpr int NT = DO / 8, NTW = NT > WARPS ? NT / WARPS : 1, TCW = NT < WARPS ? NT : WARPS, KS = D / 16;
     constexpr int RM = ROWS > 8 ? 2 : 1;
     /* o_int2 rows PAD words apart. FFMA: [d + 4 (d / 32)], so the Q lanes of
        a dim read 16-byte pieces in Q different bank groups (v2-v7 padded by
@@ -1599,6 +1610,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     const int rows = min(nb, p.batch_size - b0) * r;
     const int splits = p.int2_splits + p.win_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n0 = DSPLIT > 1 ? static_cast<int>(blockIdx.z) * DO : 0;
     const float *ws_o = reinterpret_cast<const float *>(p.ws_o), *ws_lse = reinterpret_cast<const float *>(p.ws_lse);
     /* row j: request b0 + j / r, q head kvh * r + j % r */
     if (static_cast<int>(threadIdx.x) < rows) {
@@ -1611,7 +1623,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
        spilled (ncu, 128 x 4K), at D 256 they are 128 floats */
     constexpr bool PREFETCH = TC ? ROWS < 16 && NTW * KS <= 8 : PER <= 32 && ROWS < 16;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
-    const int n = threadIdx.x / Q, q = threadIdx.x % Q; /* FFMA */
+    const int n = n0 + threadIdx.x / Q, q = threadIdx.x % Q; /* FFMA */
     const int g = lane >> 2, c = lane & 3;              /* TC */
     float4 rrow[!TC && PREFETCH ? PER / 4 : 1];
     const float4 *row = nullptr;
@@ -1623,7 +1635,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
 #pragma unroll
                 for (int kc = 0; kc < KS; kc++)
                     rb[PREFETCH ? t * KS + kc : 0] =
-                        reinterpret_cast<const float4 *>(R + static_cast<i64>(8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
+                        reinterpret_cast<const float4 *>(R + static_cast<i64>(n0 + 8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
     } else {
         row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
     }
@@ -1648,7 +1660,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         const float w1 = m == neg_inf() ? 0.f : ex2(l1 - m), w2 = m == neg_inf() ? 0.f : ex2(l2 - m);
         const float inv = w1 + w2 > 0.f ? 1.f / (w1 + w2) : 0.f;
         row_w[j][0] = w1 * inv, row_w[j][1] = w2 * inv;
-        if (p.lse) {
+        if (p.lse && (DSPLIT == 1 || blockIdx.z == 0)) {
             const float lse2 = m == neg_inf() ? neg_inf() : m + __log2f(w1 + w2);
             reinterpret_cast<float *>(p.lse)[row_ws[j]] = p.lse_base == 2 ? lse2 : lse2 * 0.6931471805599453f;
         }
@@ -1711,7 +1723,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
                 for (int t = 0; t < NTW; t++) {
                     const float4 bv =
                         PREFETCH ? rb[PREFETCH ? t * KS + kc : 0]
-                                 : reinterpret_cast<const float4 *>(R + static_cast<i64>(8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
+                                 : reinterpret_cast<const float4 *>(R + static_cast<i64>(n0 + 8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
                     const tf32_pair b[4] = {tf32_split(bv.x), tf32_split(bv.y), tf32_split(bv.z), tf32_split(bv.w)};
 #pragma unroll
                     for (int s = 0; s < 2; s++) {
@@ -1730,7 +1742,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
             for (int h = 0; h < RM; h++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int k = (t * RM + h) * 2 + e, j = g + 8 * h, d = 8 * (warp + WARPS * t) + 2 * c + e;
+                    const int k = (t * RM + h) * 2 + e, j = g + 8 * h, d = n0 + 8 * (warp + WARPS * t) + 2 * c + e;
                     own_j[k] = j, own_n[k] = d;
                     own_x[k] = R ? acc[t][0][2 * h + e] + acc[t][1][2 * h + e] : own_ok ? o_int2[j * PAD + d] : 0.f;
                 }

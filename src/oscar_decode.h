@@ -107,6 +107,18 @@ OSCAR__PRIVATE int oscar__decode_requests_per_cta(const oscar_ctx *ctx, const os
     const int64_t want = (OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads + slots - 1) / slots;
     return OSCAR__CAST(int, OSCAR__MAX(1, OSCAR__MIN(want, OSCAR_K_PREP_ROWS / ratio)));
 }
+/* CTAs per group of the per-KV-head merge, each finishing head_dim / that
+   many output dims: 4 at head dim 256 where four times the merge's CTAs
+   still fit in one wave (two 512-thread CTAs per SM), so each reads a
+   quarter of R_v, in registers before its wait; else 1. Measured on the
+   H200 with 4 at every D 256 shape (session 14): 8 x 32K 132 -> 117 us (64
+   groups: 256 CTAs), 32 x 8K 179 -> 186 (256 groups: 1024 CTAs, 4 waves). */
+OSCAR__PRIVATE int oscar__decode_merge_dim_split(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+    const int64_t slots = 2 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
+    const int64_t nb = oscar__decode_requests_per_cta(ctx, pl);
+    const int64_t ctas = (pl->batch_size + nb - 1) / nb * pl->num_kv_heads;
+    return pl->head_dim == 256 && 4 * ctas <= slots ? 4 : 1;
+}
 /* The per-KV-head merge's ROWS: the smallest of 4, 8, 16 holding its rows. */
 OSCAR__PRIVATE int oscar__decode_merge_rows(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     const int ratio = pl->num_q_heads / pl->num_kv_heads, rows = oscar__decode_requests_per_cta(ctx, pl) * ratio;
@@ -255,10 +267,11 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || ((i == 0 || i == 2) && pl.int2_splits == 0)) continue;
-            /* the merge kernel's name takes its ROWS where the others take the ratio */
+            /* the merge kernel's name takes its ROWS where the others take the ratio, its DSPLIT where the page size */
             oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
-                               pl.group_size, pl.page_size, i == 3 ? oscar__decode_merge_rows(ctx, &pl) : ratio,
-                               pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
+                               pl.group_size, i == 3 ? oscar__decode_merge_dim_split(ctx, &pl) : pl.page_size,
+                               i == 3 ? oscar__decode_merge_rows(ctx, &pl) : ratio, pl.window_dtype,
+                               OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
@@ -423,8 +436,8 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
                                   OSCAR__CAST(unsigned, plan->num_q_heads), 1, 2 * OSCAR__CAST(unsigned, plan->head_dim), 0,
                                   stream, &p, pdl);
         else
-            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), (B + nb - 1) / nb, Hkv, 1, 512, 0,
-                                  stream, &p, pdl);
+            st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[3]), (B + nb - 1) / nb, Hkv,
+                                  OSCAR__CAST(unsigned, oscar__decode_merge_dim_split(ctx, plan)), 512, 0, stream, &p, pdl);
     }
     return st;
 }

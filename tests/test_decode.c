@@ -586,7 +586,8 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
    SMs)) requests of a KV head, at most 16 rows (request, head); the merge
    compiled for ROWS 4, 8 or 16 rows. The batches below give (on 132 SMs)
    16, 5, 4, 3, 2 and 1 requests per CTA, with the last CTA of a KV head
-   partly filled, every ratio class and head dim; lengths mix empty,
+   partly filled, every ratio class and head dim, and at D 256 merges split
+   over 4 CTAs per group (few groups); lengths mix empty,
    window-only and INT2-only requests. The last class has no INT2 tokens at
    all: a plan without an INT2 tier, which launches no prep kernel. */
 Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
@@ -604,6 +605,11 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
         {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
         {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        /* few groups at D 256: the merge runs 4 CTAs per group (DSPLIT 4), each
+           finishing 64 output dims, through both mat-vec paths, R_v absorbed too */
+        {"D256 r4 x 2 kv, B 20 (DSPLIT 4)", 256, 256, 16, 4, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D256 G64 r8 x 2 kv, B 20 (DSPLIT 4, ROWS 8)", 256, 64, 16, 8, 2, 20, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+        {"D256 r16 x 2 kv, B 20 (DSPLIT 4, ROWS 16)", 256, 256, 16, 16, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
         {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 1},
     };
     size_t ci;
@@ -629,8 +635,13 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, classes[ci].name);
-        cr_log_info("%-32s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", classes[ci].name,
-                    e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
+        cr_log_info("%-32s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d, merge DSPLIT %d)",
+                    classes[ci].name, e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits,
+                    oscar__decode_merge_dim_split(gpu, &P.plan));
+        /* 40 groups: 160 CTAs fit in one wave from 80 SMs up */
+        if (strstr(classes[ci].name, "DSPLIT 4") && gpu->num_sms >= 80)
+            cr_assert_eq(oscar__decode_merge_dim_split(gpu, &P.plan), 4, "%s: the plan did not split the merge",
+                         classes[ci].name);
         free(o_ref), free(lse_ref), free(il), free(wl);
         prob_free(&P);
     }
