@@ -1620,11 +1620,12 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     }
     /* this lane's pieces of R_v, loaded before the wait (a constant input)
        where they fit in registers (32 floats): at 16 rows the 64-register cap
-       spilled (ncu, 128 x 4K), at D 256 they are 128 floats */
+       spilled (ncu, 128 x 4K); at D 256 they are 128 floats unless the dims
+       are split over 4 CTAs (DSPLIT) */
     constexpr bool PREFETCH = TC ? ROWS < 16 && NTW * KS <= 8 : PER <= 32 && ROWS < 16;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
     const int n = n0 + threadIdx.x / Q, q = threadIdx.x % Q; /* FFMA */
-    const int g = lane >> 2, c = lane & 3;              /* TC */
+    const int g = lane >> 2, c = lane & 3;                   /* TC */
     float4 rrow[!TC && PREFETCH ? PER / 4 : 1];
     const float4 *row = nullptr;
     float4 rb[TC && PREFETCH ? NTW * KS : 1];
