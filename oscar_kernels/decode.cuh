@@ -12,9 +12,12 @@
                                        the BF16 baseline over a whole context);
                                        reads only inputs, so it overlaps the
                                        INT2 tier and writes without waiting
-     decode_merge_kernel<D>            splits -> INT2 part @ R_v^T -> merge with
+     decode_merge_kernel<D,ROWS,DS>    splits -> INT2 part @ R_v^T -> merge with
                                        the window part -> o, lse; waits only for
-                                       its own groups' splits (split_counters)
+                                       its own groups' splits (split_counters);
+                                       ROWS (request, head) rows per CTA, DS CTAs
+                                       per group (or decode_merge_head_kernel<D>:
+                                       one CTA per query head at small batch)
    q  [batch][q heads][D] bf16|f16 (strides)       o [batch][q heads][D] bf16|f16
    INT2 pool as oscar_int2_pool_desc; pages listed per request in CSR form
    (indptr[batch+1], indices, last_page_len[batch]) as FlashInfer does; the
