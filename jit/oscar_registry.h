@@ -78,6 +78,8 @@ OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
 OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
 /* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
 OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
+/* which: 0 prep, 1 window, 2 INT2, else the per-head merge (the per-KV-head
+   merge has oscar__name_decode_merge below) */
 OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
                                        int group_ratio, int kv_dtype, int scale_layout) {
     switch (which) {
@@ -92,12 +94,13 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
                  oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout);
         break;
-    case 3: /* the per-KV-head merge: group_ratio carries its ROWS (4, 8 or 16), page_size its
-               DSPLIT (CTAs per group, each finishing head_dim / DSPLIT output dims: 1, or 4 at 256) */
-        snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d, %d>", head_dim, group_ratio, page_size);
-        break;
     default: snprintf(out, cap, "oscar::decode_merge_head_kernel<%d>", head_dim); break;
     }
+}
+/* The per-KV-head merge: rows (request, head) per CTA (4, 8 or 16) and CTAs
+   per group, each finishing head_dim / dim_split output dims (1, or 4 at 256). */
+OSCAR__PRIVATE void oscar__name_decode_merge(char *out, size_t cap, int head_dim, int rows, int dim_split) {
+    snprintf(out, cap, "oscar::decode_merge_kernel<%d, %d, %d>", head_dim, rows, dim_split);
 }
 /* merge_states: one warp per row, rows_per_cta warps per CTA (the tunable
    tile of the merge_states family, tune/oscar_tune.h). */
@@ -136,10 +139,10 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
     for (d = 0; d < 3; d++) {
         int hd = oscar__head_dims[d], nh, dt;
         for (nh = 4; nh <= 16; nh *= 2) {
-            oscar__name_decode(name, sizeof name, 3, hd, hd, 1, nh, 0, 0);
+            oscar__name_decode_merge(name, sizeof name, hd, nh, 1);
             oscar__registry_add("decode.cuh", "%s", name);
             if (hd == 256) {
-                oscar__name_decode(name, sizeof name, 3, hd, hd, 4, nh, 0, 0);
+                oscar__name_decode_merge(name, sizeof name, hd, nh, 4);
                 oscar__registry_add("decode.cuh", "%s", name);
             }
         }

@@ -810,17 +810,15 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     /* v12: with a fixed offset in the page, the page id's address is a
        pointer stepped by ADV / PAGE_SIZE (v11: a 64-bit LEA pair from the
        index every tile) */
+    constexpr bool FIXED_OFF = PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0; /* the offset in the page never changes */
     const int *fpp = pages + fpi;
     auto fetch_page = [&](int &page, int &off) {
-        if constexpr (PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0) {
-            page = ft < end ? *fpp : -1;
-            off = fpo;
-            ft += ADV;
-            fpp += ADV / PAGE_SIZE; /* the offset in the page never changes */
+        page = ft < end ? (FIXED_OFF ? *fpp : pages[fpi]) : -1;
+        off = fpo;
+        ft += ADV;
+        if constexpr (FIXED_OFF) {
+            fpp += ADV / PAGE_SIZE;
         } else {
-            page = ft < end ? pages[fpi] : -1;
-            off = fpo;
-            ft += ADV;
             fpi += adv_pages, fpo += adv_off;
             if (fpo >= ps) fpo -= ps, fpi++;
         }
@@ -833,7 +831,6 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     const u8 *vscales = reinterpret_cast<const u8 *>(p.pool.v_scales) + lane_so;
     /* v12: the lane's offsets in its page, once, where they are fixed (v11
        recomputed the scales' every tile) */
-    constexpr bool FIXED_OFF = PAGE_SIZE > 0 && ADV % PAGE_SIZE == 0;
     const i64 lane_co_off = fpo * p.pool.codes_token_stride, lane_so_off = fpo * p.pool.scales_token_stride;
     auto issue = [&](int page, int off, int stage) {
         const u32 kbase = wsm_addr + stage * STAGE_BYTES, vbase = kbase + CODE_BYTES, ksb = vbase + CODE_BYTES,

@@ -88,13 +88,15 @@ OSCAR__PRIVATE void oscar__window_validate(oscar__validator *v, const oscar_wind
    decode_v11_h200.txt). v1-v3 aimed at 4 CTAs per SM in all, which put 32
    x 32K at 768 CTAs = 1.16 waves of the 5-per-SM PACK kernel. Each split
    keeps >= 256 tokens; at most 128 splits. */
+/* SMs the plan sizes its grids for: 132 (the H200's) where the context cannot
+   say (CPU backend, compile-only contexts). */
+OSCAR__PRIVATE int64_t oscar__decode_sms(const oscar_ctx *ctx) { return ctx->num_sms > 0 ? ctx->num_sms : 132; }
 /* The merge kernel a plan uses: one CTA per query head (decode_merge_head_kernel)
    when batch x q heads fits in one wave of CTAs, else one per KV head doing its
    group (decode_merge_kernel, which reads R_v once per group). Decided from the
    plan alone, so plan (which compiles it) and run (which launches it) agree. */
 OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
-    const int64_t sms = ctx->num_sms > 0 ? ctx->num_sms : 132;
-    return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= sms;
+    return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= oscar__decode_sms(ctx);
 }
 /* Requests per prep and per-KV-head merge CTA: one while batch x KV heads
    CTAs fit two per SM (their latency chains then run side by side), else
@@ -102,7 +104,7 @@ OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const osca
    128 x 4K: prep 24.5 -> 18.5, merge 49.8 -> 44.8 us alone with 4), at most
    16 rows. */
 OSCAR__PRIVATE int oscar__decode_requests_per_cta(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
-    const int64_t slots = 2 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
+    const int64_t slots = 2 * oscar__decode_sms(ctx);
     const int64_t ratio = pl->num_q_heads / pl->num_kv_heads;
     const int64_t want = (OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads + slots - 1) / slots;
     return OSCAR__CAST(int, OSCAR__MAX(1, OSCAR__MIN(want, OSCAR_K_PREP_ROWS / ratio)));
@@ -114,7 +116,7 @@ OSCAR__PRIVATE int oscar__decode_requests_per_cta(const oscar_ctx *ctx, const os
    H200 with 4 at every D 256 shape (session 14): 8 x 32K 132 -> 117 us (64
    groups: 256 CTAs), 32 x 8K 179 -> 186 (256 groups: 1024 CTAs, 4 waves). */
 OSCAR__PRIVATE int oscar__decode_merge_dim_split(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
-    const int64_t slots = 2 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
+    const int64_t slots = 2 * oscar__decode_sms(ctx);
     const int64_t nb = oscar__decode_requests_per_cta(ctx, pl);
     const int64_t ctas = (pl->batch_size + nb - 1) / nb * pl->num_kv_heads;
     return pl->head_dim == 256 && 4 * ctas <= slots ? 4 : 1;
@@ -149,7 +151,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
         }
         oscar__clear_error(ctx); /* a failed probe only falls back to 4 */
     }
-    return per_sm * (ctx->num_sms > 0 ? ctx->num_sms : 132);
+    return per_sm * oscar__decode_sms(ctx);
 }
 
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
@@ -226,7 +228,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     /* splits: INT2 by the wave model below; windows about four CTAs per SM in
        all, each taking at least 256 tokens */
     base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
-    target = 4 * OSCAR__CAST(int64_t, ctx->num_sms > 0 ? ctx->num_sms : 132);
+    target = 4 * oscar__decode_sms(ctx);
     max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
     pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
                      : desc->int2_splits ? desc->int2_splits
@@ -267,11 +269,12 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             char name[192];
             oscar__kernel *k = NULL;
             if ((i == 1 && !pl.has_window) || ((i == 0 || i == 2) && pl.int2_splits == 0)) continue;
-            /* the merge kernel's name takes its ROWS where the others take the ratio, its DSPLIT where the page size */
-            oscar__name_decode(name, sizeof name, i == 3 && oscar__decode_merge_per_head(ctx, &pl) ? 4 : i, pl.head_dim,
-                               pl.group_size, i == 3 ? oscar__decode_merge_dim_split(ctx, &pl) : pl.page_size,
-                               i == 3 ? oscar__decode_merge_rows(ctx, &pl) : ratio, pl.window_dtype,
-                               OSCAR__CAST(int, pl.scale_layout));
+            if (i == 3 && !oscar__decode_merge_per_head(ctx, &pl))
+                oscar__name_decode_merge(name, sizeof name, pl.head_dim, oscar__decode_merge_rows(ctx, &pl),
+                                         oscar__decode_merge_dim_split(ctx, &pl));
+            else
+                oscar__name_decode(name, sizeof name, i == 3 ? 4 : i, pl.head_dim, pl.group_size, pl.page_size, ratio,
+                                   pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
