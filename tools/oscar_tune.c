@@ -4,8 +4,9 @@
 
        oscar_tune --bench-shapes [options]
            the decode benchmark's shapes: 32 q / 8 kv heads, D 128, batch x context in
-           {1x8K, 1x32K, 1x128K, 8x32K, 32x8K, 32x32K, 128x4K}, 64 sink + 256 recent
-           bf16 window tokens, INT2 pages of 16 (HND), f16 scale + min;
+           {1x8K, 1x32K, 1x128K, 8x32K, 32x8K, 32x32K, 128x4K}, and 8x32K at D 64 and
+           D 256 (group = head dim), 64 sink + 256 recent bf16 window tokens, INT2 pages
+           of 16 (HND), f16 scale + min;
            and the quantize benchmark's: a 128K-token prefill (8 kv heads, D 128, K and
            V rotated, clip .96/.92, dense rows) and the demotion of 8 tokens of 1, 32
            and 256 requests x 36 layers in one launch (K rotated, V absorbed, clip
@@ -112,7 +113,11 @@ int main(int argc, char **argv) {
     oscar_tune_quantize_desc tq[2] = {{0}, {0}};
     static oscar_tune_shape shapes[MAX_SHAPES], mshapes[MAX_SHAPES], qshapes[2][MAX_LIST];
     static oscar_tune_report reps[MAX_SHAPES], mreps[MAX_SHAPES], qreps[2][MAX_LIST];
-    static result_row rows[2 * MAX_SHAPES + MAX_QSHAPES];
+    /* --bench-shapes: the decode benchmark's other head dims (8 x 32K at D 64 and 256) */
+    static const int32_t bench_dims[2] = {64, 256};
+    static const oscar_tune_shape bench_dim_shape = {8, 32768};
+    oscar_tune_report dim_reps[2];
+    static result_row rows[2 * MAX_SHAPES + MAX_QSHAPES + 2];
     oscar_tune_info info;
     oscar_ctx_info ci;
     oscar_status st;
@@ -249,7 +254,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("oscar_tune on %s (%d SMs, sm_%d, NVRTC %d.%d): %d decode shape(s)%s, %d quantize shape(s), table %s%s\n",
-           ci.device_name, ci.num_sms, ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10, nshapes,
+           ci.device_name, ci.num_sms, ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10,
+           nshapes + (bench && decode ? 2 : 0),
            merge ? " + merge_states" : "", nq[0] + nq[1], table ? table : info.path, info.has_table ? " (extended)" : " (new)");
     fflush(stdout);
     t0 = now_s();
@@ -264,6 +270,25 @@ int main(int argc, char **argv) {
         shape_name(rows[nrows].shape, sizeof rows[nrows].shape, shapes[i].batch_size, shapes[i].context_tokens);
         nrows++;
     }
+    if (bench && decode)
+        for (i = 0; i < 2; i++) {
+            oscar_tune_decode_desc tdd = td;
+            tdd.head_dim = bench_dims[i], tdd.group_size = 0; /* group = head dim */
+            tdd.num_shapes = 1, tdd.shapes = &bench_dim_shape;
+            st = oscar_tune_decode(ctx, &tdd, &dim_reps[i]);
+            if (st != OSCAR_OK) {
+                fprintf(stderr, "oscar_tune: oscar_tune_decode (D %d): %s: %s\n", bench_dims[i], oscar_status_string(st),
+                        oscar_last_error(ctx));
+                oscar_shutdown(ctx);
+                return 1;
+            }
+            rows[nrows].family = "decode", rows[nrows].rep = &dim_reps[i];
+            shape_name(rows[nrows].shape, sizeof rows[nrows].shape, bench_dim_shape.batch_size,
+                       bench_dim_shape.context_tokens);
+            snprintf(rows[nrows].shape + strlen(rows[nrows].shape), sizeof rows[nrows].shape - strlen(rows[nrows].shape),
+                     ", D %d", bench_dims[i]);
+            nrows++;
+        }
     if (merge) {
         for (i = 0; i < nshapes; i++) {
             int64_t r = (int64_t)shapes[i].batch_size * td.num_q_heads;
@@ -349,6 +374,7 @@ int main(int argc, char **argv) {
     fprintf(md, "Decode: %d q / %d kv heads, D %d, group %d, INT2 pages of %d, window %d bf16 tokens per request.",
             td.num_q_heads, td.num_kv_heads, td.head_dim, td.group_size ? td.group_size : td.head_dim,
             td.page_size ? td.page_size : 16, td.window_tokens < 0 ? 0 : td.window_tokens ? td.window_tokens : 320);
+    if (bench && decode) fprintf(md, " The rows marked D 64 / D 256: the same at that head dim (group = head dim).");
     if (nq[0] + nq[1])
         fprintf(md, " Quantize: %d kv heads, D %d, bf16 rows, clip %.2f/%.2f; prefill: dense rows, %s rotated; demotion: "
                     "8 tokens per request gathered from a bf16 cache of 16-token pages, %d layers in one launch, %s rotated.",
