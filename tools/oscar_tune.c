@@ -114,10 +114,12 @@ int main(int argc, char **argv) {
     static oscar_tune_shape shapes[MAX_SHAPES], mshapes[MAX_SHAPES], qshapes[2][MAX_LIST];
     static oscar_tune_report reps[MAX_SHAPES], mreps[MAX_SHAPES], qreps[2][MAX_LIST];
     /* --bench-shapes: the decode benchmark's other head dims (8 x 32K at D 64 and 256) */
-    static const int32_t bench_dims[2] = {64, 256};
+    enum { BENCH_DIMS = 2 };
+    static const int32_t bench_dims[BENCH_DIMS] = {64, 256};
     static const oscar_tune_shape bench_dim_shape = {8, 32768};
-    oscar_tune_report dim_reps[2];
-    static result_row rows[2 * MAX_SHAPES + MAX_QSHAPES + 2];
+    oscar_tune_report dim_reps[BENCH_DIMS];
+    static result_row rows[2 * MAX_SHAPES + MAX_QSHAPES + BENCH_DIMS];
+    int ndims; /* of bench_dims tuned in this run */
     oscar_tune_info info;
     oscar_ctx_info ci;
     oscar_status st;
@@ -238,6 +240,7 @@ int main(int argc, char **argv) {
     if (!decode) nshapes = 0;
     td.num_shapes = nshapes, td.shapes = shapes;
 
+    ndims = bench && decode ? BENCH_DIMS : 0;
     desc.tune_table_path = table;
     desc.logger.func = getenv("OSCAR_TUNE_VERBOSE") ? oscar_log_stderr : NULL;
     st = oscar_setup(&desc, &ctx);
@@ -255,7 +258,7 @@ int main(int argc, char **argv) {
     }
     printf("oscar_tune on %s (%d SMs, sm_%d, NVRTC %d.%d): %d decode shape(s)%s, %d quantize shape(s), table %s%s\n",
            ci.device_name, ci.num_sms, ci.sm, ci.nvrtc_version / 1000, ci.nvrtc_version % 1000 / 10,
-           nshapes + (bench && decode ? 2 : 0),
+           nshapes + ndims,
            merge ? " + merge_states" : "", nq[0] + nq[1], table ? table : info.path, info.has_table ? " (extended)" : " (new)");
     fflush(stdout);
     t0 = now_s();
@@ -270,25 +273,24 @@ int main(int argc, char **argv) {
         shape_name(rows[nrows].shape, sizeof rows[nrows].shape, shapes[i].batch_size, shapes[i].context_tokens);
         nrows++;
     }
-    if (bench && decode)
-        for (i = 0; i < 2; i++) {
-            oscar_tune_decode_desc tdd = td;
-            tdd.head_dim = bench_dims[i], tdd.group_size = 0; /* group = head dim */
-            tdd.num_shapes = 1, tdd.shapes = &bench_dim_shape;
-            st = oscar_tune_decode(ctx, &tdd, &dim_reps[i]);
-            if (st != OSCAR_OK) {
-                fprintf(stderr, "oscar_tune: oscar_tune_decode (D %d): %s: %s\n", bench_dims[i], oscar_status_string(st),
-                        oscar_last_error(ctx));
-                oscar_shutdown(ctx);
-                return 1;
-            }
-            rows[nrows].family = "decode", rows[nrows].rep = &dim_reps[i];
-            shape_name(rows[nrows].shape, sizeof rows[nrows].shape, bench_dim_shape.batch_size,
-                       bench_dim_shape.context_tokens);
-            snprintf(rows[nrows].shape + strlen(rows[nrows].shape), sizeof rows[nrows].shape - strlen(rows[nrows].shape),
-                     ", D %d", bench_dims[i]);
-            nrows++;
+    for (i = 0; i < ndims; i++) {
+        oscar_tune_decode_desc tdd = td;
+        tdd.head_dim = bench_dims[i], tdd.group_size = 0; /* group = head dim */
+        tdd.num_shapes = 1, tdd.shapes = &bench_dim_shape;
+        st = oscar_tune_decode(ctx, &tdd, &dim_reps[i]);
+        if (st != OSCAR_OK) {
+            fprintf(stderr, "oscar_tune: oscar_tune_decode (D %d): %s: %s\n", bench_dims[i], oscar_status_string(st),
+                    oscar_last_error(ctx));
+            oscar_shutdown(ctx);
+            return 1;
         }
+        rows[nrows].family = "decode", rows[nrows].rep = &dim_reps[i];
+        shape_name(rows[nrows].shape, sizeof rows[nrows].shape, bench_dim_shape.batch_size,
+                   bench_dim_shape.context_tokens);
+        snprintf(rows[nrows].shape + strlen(rows[nrows].shape), sizeof rows[nrows].shape - strlen(rows[nrows].shape),
+                 ", D %d", bench_dims[i]);
+        nrows++;
+    }
     if (merge) {
         for (i = 0; i < nshapes; i++) {
             int64_t r = (int64_t)shapes[i].batch_size * td.num_q_heads;
@@ -374,7 +376,7 @@ int main(int argc, char **argv) {
     fprintf(md, "Decode: %d q / %d kv heads, D %d, group %d, INT2 pages of %d, window %d bf16 tokens per request.",
             td.num_q_heads, td.num_kv_heads, td.head_dim, td.group_size ? td.group_size : td.head_dim,
             td.page_size ? td.page_size : 16, td.window_tokens < 0 ? 0 : td.window_tokens ? td.window_tokens : 320);
-    if (bench && decode) fprintf(md, " The rows marked D 64 / D 256: the same at that head dim (group = head dim).");
+    if (ndims) fprintf(md, " The rows marked D 64 / D 256: the same at that head dim (group = head dim).");
     if (nq[0] + nq[1])
         fprintf(md, " Quantize: %d kv heads, D %d, bf16 rows, clip %.2f/%.2f; prefill: dense rows, %s rotated; demotion: "
                     "8 tokens per request gathered from a bf16 cache of 16-token pages, %d layers in one launch, %s rotated.",
