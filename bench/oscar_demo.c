@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     {
         /* name prefixes: every quantize tile candidate (the tuner may pick any) */
         static const char *wanted[] = {"oscar::quantize_kernel<128, 128, 1, ", "oscar::decode_prep_kernel<128, 128, 4>",
-                                       "oscar::decode_window_kernel<128, 1, 1>",
+                                       "oscar::decode_window_kernel<128, 1, 1, 4>",
                                        "oscar::decode_int2_kernel<128, 128, 16, 4, 1>", "oscar::decode_merge_kernel<128, 4, 1>",
                                        "oscar::dequant_kernel<128, 128, 16>"};
         char cache_dir[64] = "/tmp/oscar-demo-XXXXXX";

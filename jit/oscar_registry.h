@@ -78,17 +78,19 @@ OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
 OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
 /* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
 OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
-/* which: 0 prep, 1 window, 2 INT2, else the per-head merge (the per-KV-head
-   merge has oscar__name_decode_merge below) */
+/* The window kernel: head tiles from the group ratio, the cache's dtype, warps per CTA (2 or 4) */
+OSCAR__PRIVATE void oscar__name_decode_window(char *out, size_t cap, int head_dim, int group_ratio, int kv_dtype,
+                                              int warps) {
+    snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
+             kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16, warps);
+}
+/* which: 0 prep, 2 INT2, else the per-head merge (the window kernel and the
+   per-KV-head merge have their own functions) */
 OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int head_dim, int group_size, int page_size,
-                                       int group_ratio, int kv_dtype, int scale_layout) {
+                                       int group_ratio, int scale_layout) {
     switch (which) {
     case 0:
         snprintf(out, cap, "oscar::decode_prep_kernel<%d, %d, %d>", head_dim, group_size, oscar__int2_heads(group_ratio));
-        break;
-    case 1:
-        snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
-                 kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
         break;
     case 2:
         snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
@@ -146,24 +148,29 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                 oscar__registry_add("decode.cuh", "%s", name);
             }
         }
-        oscar__name_decode(name, sizeof name, 4, hd, hd, 1, 1, 0, 0);
+        oscar__name_decode(name, sizeof name, 4, hd, hd, 1, 1, 0);
         oscar__registry_add("decode.cuh", "%s", name);
         for (nh = 1; nh <= 2; nh++)
             for (dt = 0; dt < 2; dt++) {
-                oscar__name_decode(name, sizeof name, 1, hd, hd, 1, nh * 8, dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16, 0);
+                const int kv = dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16;
+                oscar__name_decode_window(name, sizeof name, hd, nh * 8, kv, 4);
                 oscar__registry_add("decode.cuh", "%s", name);
+                if (hd == 256 && nh == 1) { /* oscar__decode_window_warps */
+                    oscar__name_decode_window(name, sizeof name, hd, nh * 8, kv, 2);
+                    oscar__registry_add("decode.cuh", "%s", name);
+                }
             }
         for (g = 0; g < 4; g++) {
             static const int pss[3] = {1, 16, 0};
             int gs = oscar__group_sizes[g], pi;
             if (gs > hd) continue;
             for (nh = 4; nh <= 16; nh *= 2) { /* HEADS of the INT2 tier: group ratios <= 4, <= 8, <= 16 */
-                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh, 0, 0);
+                oscar__name_decode(name, sizeof name, 0, hd, gs, 1, nh, 0);
                 oscar__registry_add("decode.cuh", "%s", name);
                 for (pi = 0; pi < 3; pi++) {
                     int sl;
                     for (sl = OSCAR_K_SCALE_F16_SCALE_MIN; sl <= OSCAR_K_SCALE_F32_SCALE_ZERO; sl++) {
-                        oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, 0, sl);
+                        oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, sl);
                         oscar__registry_add("decode.cuh", "%s", name);
                     }
                 }

@@ -1197,18 +1197,26 @@ constexpr int WINDOW_STAGES = 2; /* = OSCAR__DECODE_WIN_STAGES */
    reserved per CTA), at most 4: the launch bounds keep the registers from
    lowering occupancy below that. Not at D >= 128 with 16 heads: bounded to 3
    CTAs it spills (v1 fit in 168 registers); it runs at 2 (212 registers). */
-template <int HEAD_DIM, int NH>
+template <int HEAD_DIM, int NH, int WARPS>
 struct window_min_ctas {
-    static constexpr int BYTES = 4 * WINDOW_STAGES * 2 * 16 * HEAD_DIM * 2 + 1024, N = (228 * 1024) / BYTES;
+    static constexpr int BYTES = WARPS * WINDOW_STAGES * 2 * 16 * HEAD_DIM * 2 + 1024, N = (228 * 1024) / BYTES;
     static constexpr int VALUE = NH == 2 && HEAD_DIM >= 128 ? 1 : N < 1 ? 1 : N > 4 ? 4 : N;
 };
 }  // namespace detail
-template <int HEAD_DIM, int NH, int KV_DTYPE>
-__global__ void __launch_bounds__(128, detail::window_min_ctas<HEAD_DIM, NH>::VALUE) decode_window_kernel(
+/* WARPS (EXPERIMENT s15, not measured as a plan choice): 4, or 2 at head dim
+   256 with one 8-head tile where the plan runs an INT2 tier and more window
+   CTAs than SMs (oscar__decode_window_warps). A 4-warp D 256 CTA (131 KB of
+   stages) fits no SM that holds an INT2 CTA, so the window grid runs after
+   the INT2 grid; a 2-warp one (65 KB) fits beside two D 256 INT2 CTAs. With
+   2 warps everywhere (exp/s15-d256-window-2warps): 32 x 8K D 256 -8.6% (512
+   window CTAs), 8 x 32K D 256 +3% (128), 1 x 128K D 256 +6.5% (16). */
+template <int HEAD_DIM, int NH, int KV_DTYPE, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, NH, WARPS>::VALUE) decode_window_kernel(
     const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
+    static_assert(WARPS == 2 || WARPS == 4, "warps per window CTA");
     constexpr int D = HEAD_DIM, KS = D / 16, MT = D / 16, ROW = D * 2;
-    constexpr int TOK = 16, STAGES = WINDOW_STAGES, WARPS = 4;
+    constexpr int TOK = 16, STAGES = WINDOW_STAGES;
     constexpr int TILE = TOK * ROW, STAGE_BYTES = 2 * TILE;
     constexpr int CH = ROW / 16;  /* 16-byte chunks per token row */
     constexpr int RPI = 32 / CH;  /* token rows per copy instruction */

@@ -14,21 +14,20 @@
 OSCAR__PRIVATE size_t oscar__align256(size_t x) { return (x + 255) & ~OSCAR__CAST(size_t, 255); }
 
 /* Shared memory of the two attention kernels: the cp.async pipelines, or the
-   end-of-CTA combine of the four warps, whichever is larger. */
-OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int head_dim, int group_ratio) {
+   end-of-CTA combine of the CTA's warps, whichever is larger. */
+OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int warps, int head_dim, int group_ratio) {
     int nh = oscar__head_tiles(group_ratio);
-    return OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * nh * 8 * (2 + head_dim) * 4);
+    return OSCAR__CAST(uint32_t, warps * nh * 8 * (2 + head_dim) * 4);
 }
 OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, int group_ratio) {
     int q4 = head_dim / 4, sc = 8 * (head_dim / group_size);
     uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_INT2_STAGES * OSCAR__DECODE_INT2_TOK *
                                               (2 * q4 + 2 * sc));
-    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
+    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(OSCAR__DECODE_WARPS, head_dim, group_ratio));
 }
-OSCAR__PRIVATE uint32_t oscar__decode_window_smem(int head_dim, int group_ratio) {
-    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_WIN_STAGES * 2 * OSCAR__DECODE_WIN_TOK *
-                                              head_dim * 2);
-    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(head_dim, group_ratio));
+OSCAR__PRIVATE uint32_t oscar__decode_window_smem(int head_dim, int group_ratio, int warps) {
+    uint32_t pipe = OSCAR__CAST(uint32_t, warps * OSCAR__DECODE_WIN_STAGES * 2 * OSCAR__DECODE_WIN_TOK * head_dim * 2);
+    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(warps, head_dim, group_ratio));
 }
 
 /* prep's chunk of R_k rows in shared memory (64 KB, or all of R when smaller) */
@@ -121,6 +120,21 @@ OSCAR__PRIVATE int oscar__decode_merge_dim_split(const oscar_ctx *ctx, const osc
     const int64_t ctas = (pl->batch_size + nb - 1) / nb * pl->num_kv_heads;
     return pl->head_dim == 256 && 4 * ctas <= slots ? 4 : 1;
 }
+/* Warps per window CTA (decode_window_kernel's WARPS; EXPERIMENT s15, not
+   measured as a plan choice): 2 at head dim 256 with one 8-head tile when an
+   INT2 tier runs and the window grid has more CTAs than the GPU has SMs (a
+   4-warp D 256 CTA, 131 KB of stages, fits no SM holding an INT2 CTA, so such
+   a grid runs in waves after the INT2 grid; a 2-warp one fits beside two),
+   else 4. Measured with 2 everywhere on the H200: 32 x 8K D 256 -8.6% (512
+   window CTAs), 8 x 32K D 256 +3% (128), 1 x 128K D 256 +6.5% (16) -- this
+   rule keeps 4 at the latter two. */
+OSCAR__PRIVATE int oscar__decode_window_warps(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+    const int ratio = pl->num_q_heads / pl->num_kv_heads;
+    const int64_t ctas = OSCAR__CAST(int64_t, pl->window_splits) * pl->batch_size * pl->num_kv_heads;
+    return pl->head_dim == 256 && oscar__head_tiles(ratio) == 1 && pl->int2_splits > 0 && ctas > oscar__decode_sms(ctx)
+               ? 2
+               : OSCAR__DECODE_WARPS;
+}
 /* The per-KV-head merge's ROWS: the smallest of 4, 8, 16 holding its rows. */
 OSCAR__PRIVATE int oscar__decode_merge_rows(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     const int ratio = pl->num_q_heads / pl->num_kv_heads, rows = oscar__decode_requests_per_cta(ctx, pl) * ratio;
@@ -137,7 +151,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
         oscar__kernel *k = NULL;
         int n = 0;
         uint32_t smem = oscar__decode_int2_smem(pl->head_dim, pl->group_size, ratio);
-        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio, pl->window_dtype,
+        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio,
                            OSCAR__CAST(int, pl->scale_layout));
         if (oscar__jit_get(ctx, "decode.cuh", name, &k) == OSCAR_OK) {
             const int pushed = oscar__push_if_needed(ctx);
@@ -258,7 +272,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                          oscar__align256(B * OSCAR__CAST(size_t, pl.num_kv_heads) * 4);
     if (ctx->backend == OSCAR_BACKEND_CPU) pl.workspace_bytes = 0; /* the C reference needs none */
     pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio);
-    pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio);
+    pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio, oscar__decode_window_warps(ctx, &pl));
     if (ctx->backend == OSCAR_BACKEND_CUDA) {
         if (!ctx->compile_only && OSCAR__CAST(int32_t, OSCAR__MAX(pl.smem_int2, pl.smem_window)) > ctx->max_smem_optin)
             return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED,
@@ -272,9 +286,12 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             if (i == 3 && !oscar__decode_merge_per_head(ctx, &pl))
                 oscar__name_decode_merge(name, sizeof name, pl.head_dim, oscar__decode_merge_rows(ctx, &pl),
                                          oscar__decode_merge_dim_split(ctx, &pl));
+            else if (i == 1)
+                oscar__name_decode_window(name, sizeof name, pl.head_dim, ratio, pl.window_dtype,
+                                          oscar__decode_window_warps(ctx, &pl));
             else
                 oscar__name_decode(name, sizeof name, i == 3 ? 4 : i, pl.head_dim, pl.group_size, pl.page_size, ratio,
-                                   pl.window_dtype, OSCAR__CAST(int, pl.scale_layout));
+                                   OSCAR__CAST(int, pl.scale_layout));
             st = oscar__jit_get(ctx, "decode.cuh", name, &k);
             if (st != OSCAR_OK) return st;
             pl.kernels[i] = k;
@@ -430,7 +447,9 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
     }
     if (st == OSCAR_OK && plan->has_window)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
-                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B, 128, plan->smem_window, stream, &p,
+                              OSCAR__CAST(unsigned, plan->window_splits), Hkv, B,
+                              32 * OSCAR__CAST(unsigned, oscar__decode_window_warps(ctx, plan)), plan->smem_window,
+                              stream, &p,
                               plan->int2_splits > 0);
     if (st == OSCAR_OK) {
         const int pdl = plan->int2_splits > 0 || plan->has_window;

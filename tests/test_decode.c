@@ -452,6 +452,48 @@ Test(decode_cpu, split_and_merge_are_exact) {
     }
 }
 
+/* The window kernel's warps per CTA follow the plan alone: 2 only at head dim
+   256 with up to 8 heads per KV head, with an INT2 tier, and more window CTAs
+   than SMs (132 where the context cannot say); the shared memory follows. */
+Test(decode_cpu, window_warps_follow_the_plan) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx;
+    static const struct {
+        int D, ratio, B;
+        int64_t int2;
+        int warps;
+    } cases[] = {
+        {256, 4, 32, 7872, 2},   /* 32 x 8K: 2 window splits x 256 groups */
+        {256, 8, 32, 7872, 2},   /* 8 heads per KV head: one 8-head tile */
+        {256, 16, 32, 7872, 4},  /* 16: two tiles */
+        {256, 4, 8, 32448, 4},   /* 8 x 32K: 128 window CTAs */
+        {256, 4, 1, 130752, 4},  /* 1 x 128K */
+        {256, 4, 32, 0, 4},      /* no INT2 tier (the BF16 path) */
+        {128, 4, 32, 7872, 4},   /* other head dims */
+        {64, 4, 128, 3776, 4},
+    };
+    size_t i;
+    desc.backend = OSCAR_BACKEND_CPU;
+    TU_OK(NULL, oscar_setup(&desc, &ctx));
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oscar_int2_pool_desc pool = {0};
+        oscar_window_pool_desc win = {0};
+        oscar_decode_plan_desc pd = {0};
+        oscar_decode_plan_info plan;
+        int w;
+        pool.head_dim = cases[i].D, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+        win.num_pages = 64, win.page_size = 16;
+        pd.num_q_heads = 8 * cases[i].ratio, pd.int2_pool = &pool, pd.window_pool = &win;
+        pd.batch_size = cases[i].B, pd.max_int2_tokens = cases[i].int2, pd.max_window_tokens = 320;
+        TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+        w = oscar__decode_window_warps(ctx, &plan);
+        cr_assert_eq(w, cases[i].warps, "case %zu (D %d, ratio %d, B %d, %lld INT2 tokens, %d window splits): %d warps",
+                     i, cases[i].D, cases[i].ratio, cases[i].B, (long long)cases[i].int2, plan.window_splits, w);
+        cr_assert_eq(plan.smem_window, oscar__decode_window_smem(cases[i].D, cases[i].ratio, w), "case %zu", i);
+    }
+    oscar_shutdown(ctx);
+}
+
 Test(decode_cpu, plan_and_run_validation) {
     oscar_ctx *ctx = cpu_ctx();
     oscar_int2_pool_desc pool = {0};
@@ -611,6 +653,10 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         {"D256 G64 r8 x 2 kv, B 20 (DSPLIT 4, ROWS 8)", 256, 64, 16, 8, 2, 20, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
         {"D256 r16 x 2 kv, B 20 (DSPLIT 4, ROWS 16)", 256, 256, 16, 16, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
         {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 1},
+        /* more window CTAs than SMs at D 256: the window kernel on 2-warp CTAs
+           (oscar__decode_window_warps), both scale layouts, R_v applied and absorbed */
+        {"D256 r4 x 8 kv, B 40 (window 2 warps)", 256, 256, 16, 4, 8, 40, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D256 G64 r8 x 4 kv, B 40 (window 2 warps)", 256, 64, 16, 8, 4, 40, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
     };
     size_t ci;
     for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
@@ -635,9 +681,14 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, classes[ci].name);
-        cr_log_info("%-32s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d, merge DSPLIT %d)",
+        cr_log_info("%-32s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d, merge DSPLIT %d, "
+                    "window warps %d)",
                     classes[ci].name, e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits,
-                    oscar__decode_merge_dim_split(gpu, &P.plan));
+                    oscar__decode_merge_dim_split(gpu, &P.plan), oscar__decode_window_warps(gpu, &P.plan));
+        /* 40 requests x 4 or 8 KV heads x >= 1 window split: >= 160 window CTAs */
+        if (strstr(classes[ci].name, "window 2 warps") && gpu->num_sms < 160)
+            cr_assert_eq(oscar__decode_window_warps(gpu, &P.plan), 2, "%s: the plan kept 4-warp window CTAs",
+                         classes[ci].name);
         /* 40 groups: 160 CTAs fit in one wave from 80 SMs up */
         if (strstr(classes[ci].name, "DSPLIT 4") && gpu->num_sms >= 80)
             cr_assert_eq(oscar__decode_merge_dim_split(gpu, &P.plan), 4, "%s: the plan did not split the merge",
