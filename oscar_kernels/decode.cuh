@@ -1203,13 +1203,13 @@ struct window_min_ctas {
     static constexpr int VALUE = NH == 2 && HEAD_DIM >= 128 ? 1 : N < 1 ? 1 : N > 4 ? 4 : N;
 };
 }  // namespace detail
-/* WARPS (EXPERIMENT s15, not measured as a plan choice): 4, or 2 at head dim
-   256 with one 8-head tile where the plan runs an INT2 tier and more window
-   CTAs than SMs (oscar__decode_window_warps). A 4-warp D 256 CTA (131 KB of
-   stages) fits no SM that holds an INT2 CTA, so the window grid runs after
-   the INT2 grid; a 2-warp one (65 KB) fits beside two D 256 INT2 CTAs. With
-   2 warps everywhere (exp/s15-d256-window-2warps): 32 x 8K D 256 -8.6% (512
-   window CTAs), 8 x 32K D 256 +3% (128), 1 x 128K D 256 +6.5% (16). */
+/* WARPS: 4, or 2 at head dim 256 with one 8-head tile where the plan runs
+   an INT2 tier and more window CTAs than SMs (oscar__decode_window_warps,
+   session 16). A 4-warp D 256 CTA (131 KB of stages) fits no SM that holds
+   an INT2 CTA, so the window grid runs after the INT2 grid; a 2-warp one
+   (65 KB) fits beside two D 256 INT2 CTAs. H200: 32 x 8K D 256 -8.7% with
+   the rule; 2 warps everywhere had cost 8 x 32K D 256 +3% (128 window CTAs)
+   and 1 x 128K D 256 +6.5% (16), which the rule leaves at 4. */
 template <int HEAD_DIM, int NH, int KV_DTYPE, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, NH, WARPS>::VALUE) decode_window_kernel(
     const __grid_constant__ oscar_decode_params p) {

@@ -120,14 +120,14 @@ OSCAR__PRIVATE int oscar__decode_merge_dim_split(const oscar_ctx *ctx, const osc
     const int64_t ctas = (pl->batch_size + nb - 1) / nb * pl->num_kv_heads;
     return pl->head_dim == 256 && 4 * ctas <= slots ? 4 : 1;
 }
-/* Warps per window CTA (decode_window_kernel's WARPS; EXPERIMENT s15, not
-   measured as a plan choice): 2 at head dim 256 with one 8-head tile when an
-   INT2 tier runs and the window grid has more CTAs than the GPU has SMs (a
-   4-warp D 256 CTA, 131 KB of stages, fits no SM holding an INT2 CTA, so such
-   a grid runs in waves after the INT2 grid; a 2-warp one fits beside two),
-   else 4. Measured with 2 everywhere on the H200: 32 x 8K D 256 -8.6% (512
-   window CTAs), 8 x 32K D 256 +3% (128), 1 x 128K D 256 +6.5% (16) -- this
-   rule keeps 4 at the latter two. */
+/* Warps per window CTA (decode_window_kernel's WARPS): 2 at head dim 256
+   with one 8-head tile when an INT2 tier runs and the window grid has more
+   CTAs than the GPU has SMs (a 4-warp D 256 CTA, 131 KB of stages, fits no
+   SM holding an INT2 CTA, so such a grid runs in waves after the INT2 grid;
+   a 2-warp one fits beside two), else 4. H200 (session 16, same-call A/B):
+   32 x 8K D 256 176.6 -> 162.0 us with this rule; 2 warps everywhere had
+   cost 8 x 32K D 256 +3% (128 window CTAs) and 1 x 128K D 256 +6.5% (16),
+   where the rule keeps 4. */
 OSCAR__PRIVATE int oscar__decode_window_warps(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     const int ratio = pl->num_q_heads / pl->num_kv_heads;
     const int64_t ctas = OSCAR__CAST(int64_t, pl->window_splits) * pl->batch_size * pl->num_kv_heads;
