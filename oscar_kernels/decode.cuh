@@ -8,10 +8,11 @@
                                        fragments (signed 8-bit digits)
      decode_int2_kernel<D,GS,PS,H,SL>  INT2 paged tokens, straight from the codes
                                        (SL: the pool's scale layout)
-     decode_window_kernel<D,NH>        bf16/f16 paged tokens (sink + recent; also
-                                       the BF16 baseline over a whole context);
-                                       reads only inputs, so it overlaps the
-                                       INT2 tier and writes without waiting
+     decode_window_kernel<D,NH,KV,W>   bf16/f16 (KV) paged tokens (sink + recent;
+                                       also the BF16 baseline over a whole
+                                       context); reads only inputs, so it
+                                       overlaps the INT2 tier and writes without
+                                       waiting; W warps per CTA (4, or 2 at D 256)
      decode_merge_kernel<D,ROWS,DS>    splits -> INT2 part @ R_v^T -> merge with
                                        the window part -> o, lse; waits only for
                                        its own groups' splits (split_counters);
