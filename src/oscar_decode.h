@@ -449,8 +449,7 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),
                               OSCAR__CAST(unsigned, plan->window_splits), Hkv, B,
                               32 * OSCAR__CAST(unsigned, oscar__decode_window_warps(ctx, plan)), plan->smem_window,
-                              stream, &p,
-                              plan->int2_splits > 0);
+                              stream, &p, plan->int2_splits > 0);
     if (st == OSCAR_OK) {
         const int pdl = plan->int2_splits > 0 || plan->has_window;
         if (oscar__decode_merge_per_head(ctx, plan))
