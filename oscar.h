@@ -514,6 +514,9 @@ typedef struct oscar_page_table {
        max_window_tokens    512: the most window tokens one request may have
        int2_splits, window_splits
                             0: chosen to fill the GPU (or the tuning table); else forced
+       requests_per_cta     0: chosen for the GPU (or the tuning table); else forced: the
+                            requests of one KV head that each prep and per-KV-head merge CTA
+                            serves, 1 .. 16 / (num_q_heads / num_kv_heads)
    Every kernel the runs need is compiled (or loaded from the cache) here. */
 typedef struct oscar_decode_plan_desc {
     uint32_t _start_canary;
@@ -525,6 +528,7 @@ typedef struct oscar_decode_plan_desc {
     int32_t max_window_tokens;
     int32_t int2_splits;
     int32_t window_splits;
+    int32_t requests_per_cta;
     uint32_t _end_canary;
 } oscar_decode_plan_desc;
 
@@ -535,6 +539,7 @@ typedef struct oscar_decode_plan_info {
     int32_t batch_size, num_q_heads, num_kv_heads, head_dim, group_size, page_size;
     int32_t window_page_size, window_dtype, has_window;
     int32_t int2_splits, window_splits, min_chunk;
+    int32_t requests_per_cta; /* of one KV head, per prep and per-KV-head merge CTA */
     oscar_scale_layout scale_layout;
     size_t workspace_bytes; /* what oscar_decode_run needs */
     size_t ws_q_offset, ws_o_offset, ws_lse_offset;

@@ -97,16 +97,22 @@ OSCAR__PRIVATE int64_t oscar__decode_sms(const oscar_ctx *ctx) { return ctx->num
 OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= oscar__decode_sms(ctx);
 }
-/* Requests per prep and per-KV-head merge CTA: one while batch x KV heads
-   CTAs fit two per SM (their latency chains then run side by side), else
-   enough for that (R_k, R_v read once for them; measured on the H200 at
-   128 x 4K: prep 24.5 -> 18.5, merge 49.8 -> 44.8 us alone with 4), at most
-   16 rows. */
-OSCAR__PRIVATE int oscar__decode_requests_per_cta(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+/* Requests per prep and per-KV-head merge CTA, the heuristic: one while
+   batch x KV heads CTAs fit two per SM (their latency chains then run side
+   by side), else enough for that (R_k, R_v read once for them; measured on
+   the H200 at 128 x 4K: prep 24.5 -> 18.5, merge 49.8 -> 44.8 us alone with
+   4), at most 16 rows. Session 16 found it not best everywhere (2 at 32 x 8K
+   and 32 x 32K: -4.5% / -1.8%; 8 x 32K and 16 x 32K slower with 2): the plan
+   takes the tuning table's value where it has one. */
+OSCAR__PRIVATE int oscar__decode_requests_heuristic(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     const int64_t slots = 2 * oscar__decode_sms(ctx);
     const int64_t ratio = pl->num_q_heads / pl->num_kv_heads;
     const int64_t want = (OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads + slots - 1) / slots;
     return OSCAR__CAST(int, OSCAR__MAX(1, OSCAR__MIN(want, OSCAR_K_PREP_ROWS / ratio)));
+}
+/* The plan's choice (desc, table or heuristic, set by oscar_decode_plan). */
+OSCAR__PRIVATE int oscar__decode_requests_per_cta(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
+    return pl->requests_per_cta > 0 ? pl->requests_per_cta : oscar__decode_requests_heuristic(ctx, pl);
 }
 /* CTAs per group of the per-KV-head merge, each finishing head_dim / that
    many output dims: 4 at head dim 256 where four times the merge's CTAs
@@ -220,6 +226,10 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                             desc->window_splits <= 128,
                     "desc.int2_splits = %d, window_splits = %d; expected 0 (automatic) .. 128", desc->int2_splits,
                     desc->window_splits);
+    OSCAR__VALIDATE(&v, desc->requests_per_cta >= 0 && (ratio < 1 || desc->requests_per_cta * ratio <= OSCAR_K_PREP_ROWS),
+                    "desc.requests_per_cta = %d with %d query heads per KV head; expected 0 (automatic) or at most "
+                    "%d rows per CTA (requests x heads per KV head)",
+                    desc->requests_per_cta, ratio, OSCAR_K_PREP_ROWS);
     if (desc->window_pool) {
         win = oscar__window_defaults(desc->window_pool, pool.num_kv_heads, pool.head_dim);
         oscar__window_validate(&v, &win, "desc.window_pool", 0);
@@ -252,8 +262,11 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                            ? desc->window_splits
                            : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
                                                                            (max_win + 255) / 256)));
-    /* >>tune hook (tune/oscar_tune.h): splits the desc left at 0 come from the tuning table when it has this shape */
+    pl.requests_per_cta = desc->requests_per_cta;
+    /* >>tune hook (tune/oscar_tune.h): splits and requests per CTA the desc left at 0 come from the tuning table
+       when it has this shape */
     oscar__tune_decode_apply(ctx, desc, &pl);
+    if (pl.requests_per_cta == 0) pl.requests_per_cta = oscar__decode_requests_heuristic(ctx, &pl);
     pl.min_chunk = 0;
     B = OSCAR__CAST(size_t, pl.batch_size), Hq = OSCAR__CAST(size_t, pl.num_q_heads), D = OSCAR__CAST(size_t, pl.head_dim);
     splits_total = OSCAR__CAST(size_t, pl.int2_splits + pl.window_splits);

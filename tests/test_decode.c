@@ -28,6 +28,7 @@ typedef struct dcase {
     const int64_t *int2_len, *win_len;
     const int64_t *int2_cap, *win_cap; /* pool capacity per request (NULL: the lengths) */
     int int2_splits, window_splits;
+    int requests_per_cta; /* 0: the plan's (table or heuristic) */
     int no_window; /* plan and run without a window tier (window lengths must be 0) */
     oscar_lse_base lse_base;
     int64_t max_int2, max_win; /* planned maxima (0: the lengths' max) */
@@ -195,6 +196,7 @@ static void prob_plan(oscar_ctx *ctx, dprob *P) {
     pd.max_window_tokens = (int32_t)P->c.max_win;
     pd.int2_splits = P->c.int2_splits;
     pd.window_splits = P->c.window_splits;
+    pd.requests_per_cta = P->c.requests_per_cta;
     TU_OK(ctx, oscar_decode_plan(ctx, &pd, &P->plan));
 }
 
@@ -639,24 +641,30 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         const char *name;
         int D, GS, ps, ratio, Hkv, B;
         oscar_scale_layout layout;
-        int rot_v, no_int2;
+        int rot_v, no_int2, requests_per_cta; /* 0: the plan's */
     } classes[] = {
-        {"D128 r1 x 8 kv, B 509", 128, 128, 16, 1, 8, 509, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 G64 P1 r3 x 4 kv, B 267", 128, 64, 1, 3, 4, 267, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
-        {"D128 r2 x 2 kv, B 401 (ROWS 8)", 128, 128, 16, 2, 2, 401, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
-        {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 r1 x 8 kv, B 509", 128, 128, 16, 1, 8, 509, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D128 G64 P1 r3 x 4 kv, B 267", 128, 64, 1, 3, 4, 267, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0, 0},
+        {"D128 r2 x 2 kv, B 401 (ROWS 8)", 128, 128, 16, 2, 2, 401, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D128 r4 x 8 kv, B 83 (ROWS 16)", 128, 128, 16, 4, 8, 83, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0, 0},
+        {"D64 G32 r8 x 4 kv, B 67", 64, 32, 16, 8, 4, 67, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D256 G128 r16 x 2 kv, B 70", 256, 128, 16, 16, 2, 70, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
         /* few groups at D 256: the merge runs 4 CTAs per group (DSPLIT 4), each
            finishing 64 output dims, through both mat-vec paths, R_v absorbed too */
-        {"D256 r4 x 2 kv, B 20 (DSPLIT 4)", 256, 256, 16, 4, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D256 G64 r8 x 2 kv, B 20 (DSPLIT 4, ROWS 8)", 256, 64, 16, 8, 2, 20, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
-        {"D256 r16 x 2 kv, B 20 (DSPLIT 4, ROWS 16)", 256, 256, 16, 16, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 1},
+        {"D256 r4 x 2 kv, B 20 (DSPLIT 4)", 256, 256, 16, 4, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D256 G64 r8 x 2 kv, B 20 (DSPLIT 4, ROWS 8)", 256, 64, 16, 8, 2, 20, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0, 0},
+        {"D256 r16 x 2 kv, B 20 (DSPLIT 4, ROWS 16)", 256, 256, 16, 16, 2, 20, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D128 r4 x 2 kv, B 7, no INT2 tier", 128, 128, 16, 4, 2, 7, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 1, 0},
         /* more window CTAs than SMs at D 256: the window kernel on 2-warp CTAs
            (oscar__decode_window_warps), both scale layouts, R_v applied and absorbed */
-        {"D256 r4 x 8 kv, B 40 (window 2 warps)", 256, 256, 16, 4, 8, 40, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D256 G64 r8 x 4 kv, B 40 (window 2 warps)", 256, 64, 16, 8, 4, 40, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+        {"D256 r4 x 8 kv, B 40 (window 2 warps)", 256, 256, 16, 4, 8, 40, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 0},
+        {"D256 G64 r8 x 4 kv, B 40 (window 2 warps)", 256, 64, 16, 8, 4, 40, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0, 0},
+        /* requests per prep / merge CTA forced (desc.requests_per_cta, as a tuned
+           table entry sets it): 2 where the heuristic takes 1, 3 with a partly
+           filled last CTA, 1 where it takes 4 */
+        {"D128 r4 x 8 kv, B 32 (2 requests per CTA)", 128, 128, 16, 4, 8, 32, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0, 2},
+        {"D128 G32 r4 x 8 kv, B 31 (3 requests per CTA)", 128, 32, 16, 4, 8, 31, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0, 3},
+        {"D128 r4 x 8 kv, B 128 (1 request per CTA)", 128, 128, 16, 4, 8, 128, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0, 1},
     };
     size_t ci;
     for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
@@ -672,6 +680,7 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
         c.win_layout = OSCAR_KV_LAYOUT_NHD;
         c.rot_k = 1, c.rot_v = classes[ci].rot_v;
+        c.requests_per_cta = classes[ci].requests_per_cta;
         c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
         for (b = 0; b < c.B; b++) {
             const int kind = tu_int(&r, 8); /* 0: empty, 1: window only, 2: INT2 only */
@@ -689,6 +698,9 @@ Test(decode_gpu, batched_prep_and_merge, .timeout = 900) {
         if (strstr(classes[ci].name, "window 2 warps") && gpu->num_sms < 160)
             cr_assert_eq(oscar__decode_window_warps(gpu, &P.plan), 2, "%s: the plan kept 4-warp window CTAs",
                          classes[ci].name);
+        if (classes[ci].requests_per_cta)
+            cr_assert_eq(P.plan.requests_per_cta, classes[ci].requests_per_cta, "%s: the plan took %d requests per CTA",
+                         classes[ci].name, P.plan.requests_per_cta);
         /* 40 groups: 160 CTAs fit in one wave from 80 SMs up */
         if (strstr(classes[ci].name, "DSPLIT 4") && gpu->num_sms >= 80)
             cr_assert_eq(oscar__decode_merge_dim_split(gpu, &P.plan), 4, "%s: the plan did not split the merge",

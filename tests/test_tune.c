@@ -116,6 +116,19 @@ Test(tune, candidates_follow_the_validity_rules) {
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 256));
     cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 128));
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, 7, 1), "no parameter 7");
+    /* requests per prep / merge CTA: requests x heads per KV head <= 16 rows, at most the bucket's batch */
+    oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 32, 32448);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, c);
+    cr_assert(n == 3 && c[0] == 1 && c[1] == 2 && c[2] == 4, "ratio 4: {1, 2, 4}, got %d", n);
+    oscar__tune_decode_key(key, 128, 128, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 32, 32448);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, c);
+    cr_assert(n == 5 && c[4] == 16, "ratio 1: {1 .. 16}, got %d", n);
+    oscar__tune_decode_key(key, 128, 128, 16, 16, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 32, 32448);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, c);
+    cr_assert(n == 1 && c[0] == 1, "ratio 16: {1}, got %d", n);
+    oscar__tune_decode_key(key, 128, 128, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 2, 32448);
+    n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, c);
+    cr_assert(n == 2 && c[1] == 2, "batch 2: {1, 2}, got %d", n);
     /* merge_states: three tiles, all valid */
     oscar__tune_merge_key(key, 128, 2, OSCAR_DTYPE_BF16, 1000);
     n = oscar__tune_candidates(OSCAR_TUNE_FAMILY_MERGE_STATES, key, OSCAR__TP_MRG_ROWS_PER_CTA, c);
@@ -372,6 +385,8 @@ Test(tune, malformed_files_are_rejected_with_the_line) {
         {"oscar-tune-table format=1\ndecode head_dim=128\n", "before the provenance"},
         {"oscar-tune-table format=1\n@PROV@bogus x=1\n", ":3: unknown record"},
         {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=3\n", "int2_splits = 3 is not a valid candidate"},
+        /* 8 requests: above the bucket's batch of 1 (and 8 x 4 heads per KV head = 32 rows > 16) */
+        {"oscar-tune-table format=1\n@PROV@@DEC@ requests_per_cta=8\n", "requests_per_cta = 8 is not a valid candidate"},
         {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=x\n", "expected an integer"},
         {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=8 int2_splits=8\n", "appears twice"},
         {"oscar-tune-table format=1\n@PROV@@DEC@ tile=3\n", "no field \"tile\""},
@@ -742,6 +757,53 @@ Test(tune, writes_are_atomic) {
 }
 
 /* ---- plans and lookups ------------------------------------------------------ */
+/* requests per prep / merge CTA: the table's for its bucket, the desc's when
+   forced, the heuristic elsewhere; a value that would exceed a CTA's 16 rows
+   is not a valid entry */
+Test(tune, requests_per_cta_from_the_table_the_desc_or_the_heuristic, .timeout = 600) {
+    char path[600], text[2048], prov[512], dsrc[17];
+    oscar_ctx *ctx, *bare;
+    oscar_int2_pool_desc pool = {0};
+    oscar_window_pool_desc win = {0};
+    oscar_decode_plan_desc pd = {0};
+    oscar_decode_plan_info h, t, f;
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    bare = compile_only_ctx(NULL);
+    provenance_line(bare, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    pool.head_dim = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+    win.num_pages = 64, win.page_size = 16;
+    pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 32;
+    pd.max_int2_tokens = 32448, pd.max_window_tokens = 320;
+    TU_OK(bare, oscar_decode_plan(bare, &pd, &h));
+    cr_assert_eq(h.requests_per_cta, oscar__decode_requests_heuristic(bare, &h), "no table: the heuristic");
+    cr_assert_eq(h.requests_per_cta, 1, "32 x 8 groups on 132 SMs: the heuristic takes 1");
+    snprintf(text, sizeof text,
+             "oscar-tune-table format=1\n%s"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=32 context=32768 src=%s "
+             "int2_splits=2 window_splits=1 requests_per_cta=2 default_us=72.100 tuned_us=68.800\n",
+             prov, dsrc);
+    write_text(path, text);
+    ctx = compile_only_ctx(path);
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &t));
+    cr_assert(t.requests_per_cta == 2 && t.int2_splits == 2 && t.window_splits == 1, "the table's 2 + 1, 2 requests: %d + %d, %d",
+              t.int2_splits, t.window_splits, t.requests_per_cta);
+    cr_assert_eq(oscar__decode_requests_per_cta(ctx, &t), 2);
+    cr_assert_eq(oscar__decode_merge_rows(ctx, &t), 8, "2 requests x 4 heads: the 8-row merge");
+    pd.requests_per_cta = 4;
+    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &f));
+    cr_assert_eq(f.requests_per_cta, 4, "a forced value wins over the table");
+    cr_assert_eq(oscar__decode_merge_rows(ctx, &f), 16);
+    pd.requests_per_cta = 5; /* 20 rows */
+    cr_assert_eq(oscar_decode_plan(ctx, &pd, &f), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(ctx), "desc.requests_per_cta = 5"), "%s", oscar_last_error(ctx));
+    oscar_shutdown(ctx);
+    /* a table value above 16 rows is refused at load: see tables_with_errors_are_refused */
+    oscar_shutdown(bare);
+    remove_tmp_dir();
+}
+
 static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2) {
     oscar_int2_pool_desc pool = {0};
     oscar_window_pool_desc win = {0};

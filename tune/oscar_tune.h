@@ -50,7 +50,7 @@ enum {
     OSCAR__TK_DEC_BATCH,
     OSCAR__TK_DEC_CONTEXT
 };
-enum { OSCAR__TP_DEC_INT2_SPLITS = 0, OSCAR__TP_DEC_WINDOW_SPLITS };
+enum { OSCAR__TP_DEC_INT2_SPLITS = 0, OSCAR__TP_DEC_WINDOW_SPLITS, OSCAR__TP_DEC_REQUESTS_PER_CTA };
 enum { OSCAR__TK_MRG_HEAD_DIM = 0, OSCAR__TK_MRG_STATES, OSCAR__TK_MRG_DTYPE, OSCAR__TK_MRG_ROWS };
 enum { OSCAR__TP_MRG_ROWS_PER_CTA = 0 };
 /* Quantize keys: what selects the instantiation (head dim, group size, source
@@ -88,8 +88,9 @@ static const oscar__tune_family_def oscar__tune_families[OSCAR__TUNE_FAMILY_COUN
      {"head_dim", "group", "page", "ratio", "scale", "window", "batch", "context"},
      {OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_SCALE,
       OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
-     2,
-     {{"int2_splits", 8, {1, 2, 4, 8, 16, 32, 64, 128}}, {"window_splits", 5, {1, 2, 4, 8, 16}}},
+     3,
+     {{"int2_splits", 8, {1, 2, 4, 8, 16, 32, 64, 128}}, {"window_splits", 5, {1, 2, 4, 8, 16}},
+      {"requests_per_cta", 5, {1, 2, 4, 8, 16}}},
      {"decode.cuh", "common.cuh", "oscar_params.h"}},
     {"merge_states",
      4,
@@ -191,6 +192,11 @@ OSCAR__PRIVATE int oscar__tune_candidate_valid(int32_t family, const int32_t *ke
         if (param == OSCAR__TP_DEC_WINDOW_SPLITS)
             return key[OSCAR__TK_DEC_WINDOW] > 0 &&
                    OSCAR__CAST(int64_t, value) * OSCAR__TUNE_WIN_STEP <= key[OSCAR__TK_DEC_WINDOW];
+        /* requests x heads per KV head fit a prep / merge CTA's rows, and no
+           more requests than the bucket's batch */
+        if (param == OSCAR__TP_DEC_REQUESTS_PER_CTA)
+            return key[OSCAR__TK_DEC_RATIO] >= 1 && value * key[OSCAR__TK_DEC_RATIO] <= OSCAR_K_PREP_ROWS &&
+                   value <= key[OSCAR__TK_DEC_BATCH];
     }
     return 1;
 }
@@ -1072,8 +1078,8 @@ OSCAR__PRIVATE int oscar__tune_lookup(oscar_ctx *ctx, int32_t family, const int3
 }
 
 /* The hook of oscar_decode_plan: replaces the automatic split counts (those
-   the desc leaves at 0, of tiers that exist) by the table's for this bucket.
-   More decode parameters (e.g. a tile variant) are applied here too. */
+   the desc leaves at 0, of tiers that exist) and requests per prep / merge
+   CTA (where the desc leaves it at 0) by the table's for this bucket. */
 OSCAR__PRIVATE void oscar__tune_decode_apply(oscar_ctx *ctx, const oscar_decode_plan_desc *desc, oscar_decode_plan_info *pl) {
     int32_t key[OSCAR__TUNE_MAX_KEYS];
     oscar__tune_entry e;
@@ -1086,6 +1092,11 @@ OSCAR__PRIVATE void oscar__tune_decode_apply(oscar_ctx *ctx, const oscar_decode_
         pl->int2_splits = e.params[OSCAR__TP_DEC_INT2_SPLITS];
     if (desc->window_splits == 0 && pl->window_splits > 0 && (e.params_set & (1u << OSCAR__TP_DEC_WINDOW_SPLITS)))
         pl->window_splits = e.params[OSCAR__TP_DEC_WINDOW_SPLITS];
+    /* the bucket's batch is a power of two >= the plan's: the value may
+       exceed the batch (one CTA then serves them all), never the rows */
+    if (desc->requests_per_cta == 0 && (e.params_set & (1u << OSCAR__TP_DEC_REQUESTS_PER_CTA)) &&
+        e.params[OSCAR__TP_DEC_REQUESTS_PER_CTA] * (pl->num_q_heads / pl->num_kv_heads) <= OSCAR_K_PREP_ROWS)
+        pl->requests_per_cta = e.params[OSCAR__TP_DEC_REQUESTS_PER_CTA];
 }
 
 /* merge_states: rows per CTA from the table, else the heuristic (4). */
@@ -1602,10 +1613,10 @@ OSCAR__PRIVATE size_t oscar__tune_sets(int64_t min_bytes, size_t set_bytes) {
 }
 
 /* ---- decode ------------------------------------------------------------------ */
-#define OSCAR__TUNE_DEC_MAX_CAND 48
+#define OSCAR__TUNE_DEC_MAX_CAND 160
 typedef struct oscar__tune_dec {
     oscar_decode_plan_info plans[OSCAR__TUNE_DEC_MAX_CAND];
-    int32_t int2[OSCAR__TUNE_DEC_MAX_CAND], win[OSCAR__TUNE_DEC_MAX_CAND];
+    int32_t int2[OSCAR__TUNE_DEC_MAX_CAND], win[OSCAR__TUNE_DEC_MAX_CAND], req[OSCAR__TUNE_DEC_MAX_CAND];
     oscar_int2_pool_desc pool;
     oscar_window_pool_desc wpool;
     oscar_decode_run_desc rd;
@@ -1701,6 +1712,9 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
     uint8_t *pat[4] = {NULL, NULL, NULL, NULL};
     int pushed = 0, si;
 
+    /* an explicit NULL test: GCC's clone of this function for a NULL ctx
+       otherwise warns (array-bounds) on the error paths further down */
+    if (!ctx) return oscar__fail(NULL, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_tune_decode: ctx = NULL");
     st = oscar__tune_require_device(ctx, "oscar_tune_decode");
     if (st != OSCAR_OK) return st;
     if (!desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_tune_decode: desc = NULL");
@@ -1760,11 +1774,12 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         oscar_decode_plan_desc pd;
         oscar__tune_outcome oc;
         oscar__tune_entry e;
-        int32_t key[OSCAR__TUNE_MAX_KEYS], ci[OSCAR__TUNE_MAX_CANDIDATES], cw[OSCAR__TUNE_MAX_CANDIDATES];
-        int nci, ncw, a, b, nc = 0, c;
+        int32_t key[OSCAR__TUNE_MAX_KEYS], ci[OSCAR__TUNE_MAX_CANDIDATES], cw[OSCAR__TUNE_MAX_CANDIDATES],
+            cr[OSCAR__TUNE_MAX_CANDIDATES];
+        int nci, ncw, ncr, a, b, r, nc = 0, c;
         size_t nsets, ws_max = 0, set_bytes;
         void *ws = NULL, *ip = NULL, *idx = NULL, *last = NULL, *wip = NULL, *widx = NULL, *wlast = NULL, *rot = NULL;
-        char labels_buf[OSCAR__TUNE_DEC_MAX_CAND][48];
+        char labels_buf[OSCAR__TUNE_DEC_MAX_CAND][72];
         const char *labels[OSCAR__TUNE_DEC_MAX_CAND];
         oscar_tune_report rep;
 
@@ -1796,24 +1811,36 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         oscar__tune_suppress = 0;
         if (st != OSCAR_OK) break;
         w->int2[0] = w->plans[0].int2_splits, w->win[0] = w->plans[0].window_splits;
+        w->req[0] = w->plans[0].requests_per_cta;
         nc = 1;
         nci = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, ci);
         ncw = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, cw);
+        ncr = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, cr);
         if (nci == 0) ci[0] = 0, nci = 1; /* no tier: the plan's 0 */
         if (ncw == 0) cw[0] = 0, ncw = 1;
-        for (a = 0; a < nci; a++)
-            for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND; b++) {
-                if (ci[a] == w->int2[0] && cw[b] == w->win[0]) continue; /* that is the default */
-                if (ci[a] == 0 && cw[b] == 0) continue;
-                pd.int2_splits = ci[a], pd.window_splits = cw[b];
-                st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
-                if (st != OSCAR_OK) break;
-                w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
-                nc++;
+        if (ncr == 0) cr[0] = w->req[0], ncr = 1;
+        /* requests per CTA beyond the plan's batch all mean one CTA per KV head: the smallest such value only */
+        for (r = 0; r < ncr; r++)
+            if (cr[r] >= S->batch_size) {
+                ncr = r + 1;
+                break;
             }
+        for (r = 0; r < ncr; r++)
+            for (a = 0; a < nci; a++)
+                for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND; b++) {
+                    if (ci[a] == w->int2[0] && cw[b] == w->win[0] && cr[r] == w->req[0]) continue; /* the default */
+                    if (ci[a] == 0 && cw[b] == 0) continue;
+                    pd.int2_splits = ci[a], pd.window_splits = cw[b], pd.requests_per_cta = cr[r];
+                    st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
+                    if (st != OSCAR_OK) break;
+                    w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
+                    w->req[nc] = w->plans[nc].requests_per_cta;
+                    nc++;
+                }
         if (st != OSCAR_OK) break;
         for (c = 0; c < nc; c++) {
-            snprintf(labels_buf[c], sizeof labels_buf[c], "int2_splits=%d window_splits=%d", w->int2[c], w->win[c]);
+            snprintf(labels_buf[c], sizeof labels_buf[c], "int2_splits=%d window_splits=%d requests_per_cta=%d",
+                     w->int2[c], w->win[c], w->req[c]);
             labels[c] = labels_buf[c];
             ws_max = OSCAR__MAX(ws_max, w->plans[c].workspace_bytes);
         }
@@ -1928,6 +1955,8 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
             /* only the tiers that exist are tunable */
             if (L > 0) e.params[OSCAR__TP_DEC_INT2_SPLITS] = w->int2[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_INT2_SPLITS;
             if (W > 0) e.params[OSCAR__TP_DEC_WINDOW_SPLITS] = w->win[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_WINDOW_SPLITS;
+            e.params[OSCAR__TP_DEC_REQUESTS_PER_CTA] = w->req[oc.best];
+            e.params_set |= 1u << OSCAR__TP_DEC_REQUESTS_PER_CTA;
         }
         st = oscar__tune_finish_shape(ctx, "oscar_tune_decode", &e, &oc, labels, t0, &rep);
         oscar__info(ctx, "oscar_tune_decode: %s: default %s %.1f us, kept %s %.1f us (%d candidates, %d rejected)", rep.key,
