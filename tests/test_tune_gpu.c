@@ -64,7 +64,7 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     oscar_decode_plan_desc pd = {0};
     oscar_decode_plan_info plan;
     int def_int2 = 0;
-    char want[64];
+    char want[96];
 
     d.num_q_heads = 32, d.num_kv_heads = 8, d.head_dim = 128, d.num_shapes = 1, d.shapes = &shape;
     d.repeats = 10;
@@ -84,7 +84,8 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     cr_assert(strstr(rep.rejected, "o rel. err") != NULL, "rejected: %s", rep.rejected);
     cr_assert(strncmp(rep.params, "int2_splits=2 ", 14) != 0, "a rejected candidate was kept: %s", rep.params);
     /* every other candidate passes the output check (split counts change only the summation order) */
-    cr_assert_eq(rep.num_rejected, 5, "expected the 5 int2_splits=2 candidates rejected, got %d: %s", rep.num_rejected,
+    /* 5 window split counts x 2 requests per CTA (1, 2: at most the batch of 2, 2 x 4 heads per KV head <= 16 rows) */
+    cr_assert_eq(rep.num_rejected, 10, "expected the 10 int2_splits=2 candidates rejected, got %d: %s", rep.num_rejected,
                  rep.rejected);
     /* the slowed candidate is never kept, and nothing slower than the default is */
     cr_assert(strncmp(rep.params, "int2_splits=4 ", 14) != 0, "the slowed candidate was kept: %s", rep.params);
@@ -105,7 +106,8 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 2;
     pd.max_int2_tokens = 4096, pd.max_window_tokens = 320;
     TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
-    snprintf(want, sizeof want, "int2_splits=%d window_splits=%d", plan.int2_splits, plan.window_splits);
+    snprintf(want, sizeof want, "int2_splits=%d window_splits=%d requests_per_cta=%d", plan.int2_splits,
+             plan.window_splits, plan.requests_per_cta);
     cr_assert_str_eq(want, rep.params, "the plan after tuning took %s", want);
 
     /* the table file: written atomically, loaded back on this device */
