@@ -221,17 +221,12 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], u32 a0, u32 a1, u32
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-/* x = hi + lo: hi = x rounded to tf32, lo = x - hi (exact in f32). The mma
-   truncates lo to tf32, so the pair carries ~21 bits of x: a product summed
-   as lo_a hi_b + hi_a lo_b + hi_a hi_b ("3xTF32") is within ~2^-20 of the
-   f32 product, where one tf32 mma alone is within ~2^-11. */
-struct tf32_pair {
-    u32 hi, lo;
-};
-__device__ __forceinline__ tf32_pair tf32_split(float x) {
+/* x rounded to the nearest tf32 (ties away from zero; 10 mantissa bits,
+   relative error <= 2^-11), as the mma's operand word. */
+__device__ __forceinline__ u32 tf32_round(float x) {
     u32 h;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
-    return {h, __float_as_uint(x - __uint_as_float(h))};
+    return h;
 }
 
 /* The QK A fragments of k-step ks (m16n8k32, u8) from a lane's ldmatrix
@@ -1564,8 +1559,11 @@ __device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int
    15.3 us, so the plan gives several only when the CTAs would not fit in
    two per SM).
    The R_v^T mat-vec: with 8 or 16 rows (v14, TC) on the tf32 tensor cores,
-   3xTF32 (tf32_split: within ~2^-20 of f32 arithmetic), one m16n8k8 chain
-   per n-tile of 8 output dims -- v13's FFMA mat-vec read o_int2 from shared
+   one m16n8k8 chain per n-tile of 8 output dims, o_int2 and R_v rounded to
+   tf32 (v17; v14-v16 took 3xTF32, hi/lo pairs within ~2^-20 of f32, three
+   mma per step: the reference applies R_v^T in bf16, 2^-8 per operand, and
+   the output is bf16 or fp16; one mma per step took 32 x 8K 68.6 -> 66.8
+   us, 32 x 32K 187.0 -> 185.6, 128 x 4K 146.2 -> 145.0) -- v13's FFMA mat-vec read o_int2 from shared
    memory once per 4 FMAs and was ~4.9M of the merge's 8.65M warp
    instructions at 128 x 4K (ncu, session 13). With 4 rows the FFMA mat-vec
    stays: there it is ~180 instructions per thread, no more than the mma's,
@@ -1722,27 +1720,22 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         if (R && own_ok) {
 #pragma unroll
             for (int kc = 0; kc < KS; kc++) {
-                tf32_pair a[2][4]; /* [row half][dim 4c + e] */
+                u32 a[2][4]; /* [row half][dim 4c + e] */
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const float4 v = h < RM ? *reinterpret_cast<const float4 *>(&o_int2[(g + 8 * h) * PAD + 16 * kc + 4 * c])
                                             : make_float4(0.f, 0.f, 0.f, 0.f);
-                    a[h][0] = tf32_split(v.x), a[h][1] = tf32_split(v.y), a[h][2] = tf32_split(v.z), a[h][3] = tf32_split(v.w);
+                    a[h][0] = tf32_round(v.x), a[h][1] = tf32_round(v.y), a[h][2] = tf32_round(v.z), a[h][3] = tf32_round(v.w);
                 }
 #pragma unroll
                 for (int t = 0; t < NTW; t++) {
                     const float4 bv =
                         PREFETCH ? rb[PREFETCH ? t * KS + kc : 0]
                                  : reinterpret_cast<const float4 *>(R + static_cast<i64>(n0 + 8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
-                    const tf32_pair b[4] = {tf32_split(bv.x), tf32_split(bv.y), tf32_split(bv.z), tf32_split(bv.w)};
+                    const u32 b[4] = {tf32_round(bv.x), tf32_round(bv.y), tf32_round(bv.z), tf32_round(bv.w)};
 #pragma unroll
-                    for (int s = 0; s < 2; s++) {
-                        const tf32_pair &x0 = a[0][2 * s], &x1 = a[1][2 * s], &x2 = a[0][2 * s + 1], &x3 = a[1][2 * s + 1];
-                        const tf32_pair &y0 = b[2 * s], &y1 = b[2 * s + 1];
-                        mma_1688_tf32(acc[t][s], x0.lo, x1.lo, x2.lo, x3.lo, y0.hi, y1.hi);
-                        mma_1688_tf32(acc[t][s], x0.hi, x1.hi, x2.hi, x3.hi, y0.lo, y1.lo);
-                        mma_1688_tf32(acc[t][s], x0.hi, x1.hi, x2.hi, x3.hi, y0.hi, y1.hi);
-                    }
+                    for (int s = 0; s < 2; s++)
+                        mma_1688_tf32(acc[t][s], a[0][2 * s], a[1][2 * s], a[0][2 * s + 1], a[1][2 * s + 1], b[2 * s], b[2 * s + 1]);
                 }
             }
         }
