@@ -1558,16 +1558,19 @@ __device__ __forceinline__ const float4 *rv_row_piece(const float *R, int n, int
    one after another in a CTA: at 32 x 8K 4 per CTA took 34.8 instead of
    15.3 us, so the plan gives several only when the CTAs would not fit in
    two per SM).
-   The R_v^T mat-vec: with 8 or 16 rows (v14, TC) on the tf32 tensor cores,
-   one m16n8k8 chain per n-tile of 8 output dims, o_int2 and R_v rounded to
-   tf32 (v17; v14-v16 took 3xTF32, hi/lo pairs within ~2^-20 of f32, three
-   mma per step: the reference applies R_v^T in bf16, 2^-8 per operand, and
-   the output is bf16 or fp16; one mma per step took 32 x 8K 68.6 -> 66.8
-   us, 32 x 32K 187.0 -> 185.6, 128 x 4K 146.2 -> 145.0) -- v13's FFMA mat-vec read o_int2 from shared
-   memory once per 4 FMAs and was ~4.9M of the merge's 8.65M warp
-   instructions at 128 x 4K (ncu, session 13). With 4 rows the FFMA mat-vec
-   stays: there it is ~180 instructions per thread, no more than the mma's,
-   and a shorter dependent chain.
+   The R_v^T mat-vec runs on the tf32 tensor cores: one m16n8k8 chain per
+   n-tile of 8 output dims, o_int2 and R_v rounded to tf32 (relative error
+   <= 2^-11 per operand; the reference applies R_v^T with both in bf16,
+   2^-8, and o is bf16 or fp16). History: v13's FFMA mat-vec read o_int2
+   from shared memory once per 4 FMAs and was ~4.9M of the merge's 8.65M
+   warp instructions at 128 x 4K (ncu, session 13); v14-v16 used the mma at
+   8 and 16 rows as 3xTF32 (hi/lo pairs, ~2^-20 of f32, three mma per step)
+   and kept the FFMA mat-vec at 4 rows, where it was no more instructions
+   than the mma's and a shorter chain. v17 (session 17): one mma per step,
+   at every ROWS (4 rows read 8, the upper four zero) -- same-call A/B, two
+   rounds, graph: 32 x 8K 67.6 -> 66.2 us, 32 x 32K 183.2 -> 181.9, 128 x 4K
+   144.6 -> 143.4, 8 x 32K D 256 (4 rows, DSPLIT 4) 114.8 -> 111.6; the
+   4-row step at D 128 (8 x 32K) unchanged.
    DSPLIT (v15) CTAs share a group (grid z), each finishing D / DSPLIT
    output dims: each sums the INT2 partials of all D dims (the mat-vec's
    input, 16 KB at 4 rows and D 256) but reads only its part of R_v. The
@@ -1580,28 +1583,21 @@ template <int D, int ROWS, int DSPLIT>
 __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int THREADS = 512, WARPS = THREADS / 32, MAX_SPLITS = 128; /* the plan never makes more */
-    constexpr bool TC = ROWS >= 8;
+    constexpr int MR = ROWS < 8 ? 8 : ROWS; /* rows the mma reads (zeros past ROWS) */
     /* this CTA's output dims: n0 .. n0 + DO - 1 */
     constexpr int DO = D / DSPLIT;
     static_assert(DSPLIT == 1 || (D == 256 && DSPLIT == 4), "merge dim split");
-    /* FFMA: Q lanes per output dim n, each PER dims of R's row n */
-    constexpr int Q = THREADS / DO, PER = D / Q;
-    static_assert(Q * DO == THREADS && Q <= 32, "merge tiling");
-    /* TC: NT n-tiles of 8 dims, NTW per warp on the first TCW warps; KS
-       16-dim k chunks; RM = 2 where the mma's rows 8-15 are in use. Lane
-       (g, c) finishes rows g (+ 8) x dims n0 + 8 nt + 2c, + 1. */
+    /* NT n-tiles of 8 dims, NTW per warp on the first TCW warps; KS 16-dim
+       k chunks; RM = 2 where the mma's rows 8-15 are in use. Lane (g, c)
+       finishes rows g (+ 8) x dims n0 + 8 nt + 2c, + 1. */
     constexpr int NT = DO / 8, NTW = NT > WARPS ? NT / WARPS : 1, TCW = NT < WARPS ? NT : WARPS, KS = D / 16;
     constexpr int RM = ROWS > 8 ? 2 : 1;
-    /* o_int2 rows PAD words apart. FFMA: [d + 4 (d / 32)], so the Q lanes of
-       a dim read 16-byte pieces in Q different bank groups (v2-v7 padded by
-       one float per 32, which left the pieces unaligned). TC: [d] with PAD =
-       D + 16 = 16 (mod 32): a quarter warp's 16-byte loads (two rows x 16
-       dims) hit every bank once. */
-    constexpr int PAD = TC ? D + 16 : D + D / 8;
+    /* o_int2 rows PAD words apart, [d] with PAD = D + 16 = 16 (mod 32): a
+       quarter warp's 16-byte loads (two rows x 16 dims) hit every bank once. */
+    constexpr int PAD = D + 16;
     constexpr int ITEMS = (ROWS * D + THREADS - 1) / THREADS; /* (row, dim) items per thread */
-    constexpr int RPL = (ROWS + Q - 1) / Q;                   /* FFMA: rows a lane finishes */
-    constexpr int OWN = TC ? 2 * RM * NTW : RPL;              /* outputs a lane finishes */
-    __shared__ __align__(16) float o_int2[ROWS * PAD];
+    constexpr int OWN = 2 * RM * NTW;                         /* outputs a lane finishes */
+    __shared__ __align__(16) float o_int2[MR * PAD];
     __shared__ float lse_part[ROWS][2];
     __shared__ float wgt[2][ROWS][MAX_SPLITS]; /* normalised weight of each split */
     /* v13: per row, computed once by one thread each: its (request, head)
@@ -1629,24 +1625,17 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
        where they fit in registers (32 floats): at 16 rows the 64-register cap
        spilled (ncu, 128 x 4K); at D 256 they are 128 floats unless the dims
        are split over 4 CTAs (DSPLIT) */
-    constexpr bool PREFETCH = TC ? ROWS < 16 && NTW * KS <= 8 : PER <= 32 && ROWS < 16;
+    constexpr bool PREFETCH = ROWS < 16 && NTW * KS <= 8;
     const float *R = reinterpret_cast<const float *>(p.rot_v);
-    const int n = n0 + threadIdx.x / Q, q = threadIdx.x % Q; /* FFMA */
-    const int g = lane >> 2, c = lane & 3;                   /* TC */
-    float4 rrow[!TC && PREFETCH ? PER / 4 : 1];
-    const float4 *row = nullptr;
-    float4 rb[TC && PREFETCH ? NTW * KS : 1];
-    if constexpr (TC) {
-        if (PREFETCH && R && warp < TCW)
+    const int g = lane >> 2, c = lane & 3;
+    float4 rb[PREFETCH ? NTW * KS : 1];
+    if (PREFETCH && R && warp < TCW)
 #pragma unroll
-            for (int t = 0; t < NTW; t++)
+        for (int t = 0; t < NTW; t++)
 #pragma unroll
-                for (int kc = 0; kc < KS; kc++)
-                    rb[PREFETCH ? t * KS + kc : 0] =
-                        reinterpret_cast<const float4 *>(R + static_cast<i64>(n0 + 8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
-    } else {
-        row = rv_row_piece<D, PER, PREFETCH>(R, n, q, rrow);
-    }
+            for (int kc = 0; kc < KS; kc++)
+                rb[PREFETCH ? t * KS + kc : 0] =
+                    reinterpret_cast<const float4 *>(R + static_cast<i64>(n0 + 8 * (warp + WARPS * t) + g) * D)[4 * kc + c];
     if (p.int2_splits > 0) { /* v10: this CTA's groups, not the window grid */
         if (static_cast<int>(threadIdx.x) < rows / r) wait_splits_done(p, b0 + threadIdx.x, kvh);
     } else {
@@ -1691,11 +1680,10 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
 #pragma unroll
         for (int it = 0; it < ITEMS; it++) {
             const int i = threadIdx.x + it * THREADS, d = i % D;
-            if (ok[it]) o_int2[(i / D) * PAD + (TC ? d : d + 4 * (d / 32))] = o[it];
+            if (ok[it]) o_int2[(i / D) * PAD + d] = o[it];
         }
-        /* TC: the mma reads every row; rows past the CTA's are zeros */
-        if (TC)
-            for (int i = rows * D + threadIdx.x; i < ROWS * D; i += THREADS) o_int2[(i / D) * PAD + i % D] = 0.f;
+        /* the mma reads MR rows; rows past the CTA's are zeros */
+        for (int i = rows * D + threadIdx.x; i < MR * D; i += THREADS) o_int2[(i / D) * PAD + i % D] = 0.f;
     }
     __syncthreads();
     /* o = w1' * (o_int2 @ R_v^T) + w2' * o_win: the outputs (row own_j, dim
@@ -1703,7 +1691,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
     int own_j[OWN], own_n[OWN];
     float own_x[OWN];
     bool own_ok;
-    if constexpr (TC) {
+    {
         /* k order: in 16-dim chunk kc lane c loads dims 16 kc + 4c .. + 3 of
            A and B (16 bytes each) and feeds dims 4c, 4c + 1 to the first
            mma as its k = c, c + 4 and 4c + 2, 4c + 3 to the second: a
@@ -1749,42 +1737,6 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
                     own_j[k] = j, own_n[k] = d;
                     own_x[k] = R ? acc[t][0][2 * h + e] + acc[t][1][2 * h + e] : own_ok ? o_int2[j * PAD + d] : 0.f;
                 }
-    } else {
-        /* lanes q of dim n take R's row n in PER-float pieces and serve every row */
-        float x[ROWS];
-#pragma unroll
-        for (int j = 0; j < ROWS; j++) x[j] = 0.f;
-        if (R) {
-#pragma unroll
-            for (int d4 = 0; d4 < PER / 4; d4++) {
-                const float4 rv = PREFETCH ? rrow[PREFETCH ? d4 : 0] : row[d4];
-                const int d = q * PER + 4 * d4, o0 = d + 4 * (d / 32); /* 4 dims never straddle a pad */
-#pragma unroll
-                for (int j = 0; j < ROWS; j++)
-                    if (j < rows) {
-                        const float4 ov = *reinterpret_cast<const float4 *>(&o_int2[j * PAD + o0]);
-                        x[j] = fmaf(ov.x, rv.x, fmaf(ov.y, rv.y, fmaf(ov.z, rv.z, fmaf(ov.w, rv.w, x[j]))));
-                    }
-            }
-#pragma unroll
-            for (int j = 0; j < ROWS; j++)
-#pragma unroll
-                for (int k = 1; k < Q; k <<= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], k);
-        } else {
-#pragma unroll
-            for (int j = 0; j < ROWS; j++)
-                if (j < rows) x[j] = o_int2[j * PAD + n + 4 * (n / 32)];
-        }
-        /* lane q of dim n finishes rows q, q + Q, ... (every lane of the dim
-           holds every row's value) */
-        own_ok = true;
-#pragma unroll
-        for (int k = 0; k < RPL; k++) {
-            own_j[k] = q + Q * k, own_n[k] = n, own_x[k] = 0.f;
-#pragma unroll
-            for (int qq = 0; qq < Q; qq++)
-                if (qq + Q * k < ROWS && q == qq) own_x[k] = x[qq + Q * k];
-        }
     }
     /* the window parts of the lane's outputs, every load at once (all
        weights 0 where a row has no window tokens), then o */
