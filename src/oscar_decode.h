@@ -101,9 +101,10 @@ OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const osca
    batch x KV heads CTAs fit two per SM (their latency chains then run side
    by side), else enough for that (R_k, R_v read once for them; measured on
    the H200 at 128 x 4K: prep 24.5 -> 18.5, merge 49.8 -> 44.8 us alone with
-   4), at most 16 rows. Session 16 found it not best everywhere (2 at 32 x 8K
-   and 32 x 32K: -4.5% / -1.8%; 8 x 32K and 16 x 32K slower with 2): the plan
-   takes the tuning table's value where it has one. */
+   4), at most 16 rows. Not best everywhere, and no group-count rule is
+   (session 16: 2 at 32 x 8K and 32 x 32K -4.5% / -1.8%, at 8 x 32K and
+   16 x 32K +3-4%): it is a tuned parameter, and the shipped H200 table keeps
+   2 at 32 x 8K, 32 x 32K and D 64 8 x 32K (session 17). */
 OSCAR__PRIVATE int oscar__decode_requests_heuristic(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
     const int64_t slots = 2 * oscar__decode_sms(ctx);
     const int64_t ratio = pl->num_q_heads / pl->num_kv_heads;
