@@ -31,11 +31,18 @@
        --fresh              start from an empty table (e.g. for tune/default_sm90.txt)
        --results DIR        where tune.md and tune.json go (default: bench/results)
        --repeats N          timed runs per candidate (15); --warmup N (3)
+       oscar_tune --digests [--table PATH]
+           print this build's kernel-source digest of each tuned family (the src= a
+           current table entry carries; an entry with another is ignored when its
+           table loads) and, with --table, how many of that table's entries are
+           current and how many stale. Needs no GPU. Exit status 3: the table has
+           stale entries; 1: it cannot be read or parsed.
    Without a GPU it says so and exits 0. Exit status 1: a tuning call failed;
    2: bad arguments. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +62,8 @@ static int usage(const char *why) {
             "usage: oscar_tune --bench-shapes | --q-heads N --kv-heads N --head-dim D --batch B[,B...] --context T[,T...]\n"
             "                  [--group G] [--page P] [--scale f16|f32] [--window N|none] [--merge] [--table PATH]\n"
             "                  [--fresh] [--results DIR] [--repeats N] [--warmup N] [--layers N]\n"
-            "                  [--rotation kv|k|none] [--clip K,V|off] [--no-quantize]\n",
+            "                  [--rotation kv|k|none] [--clip K,V|off] [--no-quantize]\n"
+            "       oscar_tune --digests [--table PATH]\n",
             why);
     return 2;
 }
@@ -89,6 +97,42 @@ static void json_string(FILE *f, const char *s) {
 static void shape_name(char *out, size_t cap, int batch, int64_t tokens) {
     if (tokens % 1024 == 0) snprintf(out, cap, "%d x %lldK", batch, (long long)(tokens / 1024));
     else snprintf(out, cap, "%d x %lld", batch, (long long)tokens);
+}
+
+/* --digests: each family's digest of this build's kernel sources, and with a
+   table path how many of its entries carry it (current) or another (stale). */
+static int print_digests(const char *table) {
+    char digest[OSCAR__TUNE_FAMILY_COUNT][17], *text = NULL;
+    int current[OSCAR__TUNE_FAMILY_COUNT] = {0}, stale[OSCAR__TUNE_FAMILY_COUNT] = {0}, any_stale = 0, f, i, r;
+    size_t n = 0;
+    oscar__tune_table *t = NULL;
+    for (f = 1; f < OSCAR__TUNE_FAMILY_COUNT; f++) {
+        oscar__tune_family_digest(f, digest[f]);
+        printf("%-13s %s\n", oscar__tune_families[f].name, digest[f]);
+    }
+    if (!table) return 0;
+    r = oscar__tune_read_file(NULL, table, &text, &n);
+    if (r != 0) {
+        fprintf(stderr, "oscar_tune: cannot read the table %s: %s\n", table, r > 0 ? "no such file" : strerror(errno));
+        return 1;
+    }
+    if (oscar__tune_parse(NULL, "oscar_tune --digests", table, text, n, &t) != OSCAR_OK) {
+        fprintf(stderr, "oscar_tune: %s\n", oscar_last_error(NULL));
+        oscar__free(NULL, text);
+        return 1;
+    }
+    oscar__free(NULL, text);
+    for (i = 0; i < t->num_entries; i++) {
+        const oscar__tune_entry *e = &t->entries[i];
+        if (strcmp(e->src, digest[e->family]) == 0) current[e->family]++;
+        else stale[e->family]++, any_stale = 1;
+    }
+    printf("table %s (tuned on %s, %d SMs, sm_%d, %s):\n", table, t->prov.gpu_name, t->prov.num_sms, t->prov.sm,
+           t->prov.date);
+    for (f = 1; f < OSCAR__TUNE_FAMILY_COUNT; f++)
+        printf("  %-13s %d current, %d stale\n", oscar__tune_families[f].name, current[f], stale[f]);
+    oscar__tune_table_free(NULL, t);
+    return any_stale ? 3 : 0;
 }
 
 /* One row of the results: its family, shape and report. */
@@ -125,6 +169,7 @@ int main(int argc, char **argv) {
     oscar_status st;
     int64_t batches[MAX_LIST], contexts[MAX_LIST];
     int nb = 0, nctx = 0, nshapes = 0, nm = 0, nq[2] = {0, 0}, nrows = 0, bench = 0, merge = 0, fresh = 0, quant = 1, decode = 1;
+    int digests = 0;
     int layers = 36, rotation = 0, i, j;
     float clip_k = 0.96f, clip_v = 0.92f;
     const char *table = NULL, *results = OSCAR_RESULTS_DIR, *commit = getenv("OSCAR_COMMIT");
@@ -145,6 +190,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--fresh")) fresh = 1, takes = 0;
         else if (!strcmp(a, "--no-quantize")) quant = 0, takes = 0;
         else if (!strcmp(a, "--no-decode")) decode = 0, takes = 0;
+        else if (!strcmp(a, "--digests")) digests = 1, takes = 0;
         else if (!v) return usage("an option lacks its value");
         else if (!strcmp(a, "--q-heads")) td.num_q_heads = atoi(v);
         else if (!strcmp(a, "--kv-heads")) td.num_kv_heads = atoi(v);
@@ -191,6 +237,7 @@ int main(int argc, char **argv) {
         }
         i += takes;
     }
+    if (digests) return print_digests(table);
     for (j = 0; j < 2; j++) {
         tq[j].group_size = td.group_size, tq[j].scale_layout = td.scale_layout;
         tq[j].repeats = td.repeats, tq[j].warmup = td.warmup;
