@@ -203,6 +203,12 @@ OSCAR__PRIVATE const oscar__embedded_source *oscar__find_source(const char *name
     return NULL;
 }
 
+/* One more NVRTC option for this thread's compiles, or NULL: `oscar kernels
+   resources` (tools/oscar_cli.c) sets --ptxas-options=-v to read each
+   kernel's registers and spills from the log, which a compile then keeps in
+   the context's JIT log. It is part of the options, so of the cache key. */
+static OSCAR__THREAD_LOCAL const char *oscar__nvrtc_extra_option;
+
 /* The compile options of a program. quantize.cuh on sm_90 compiles for
    sm_90a (its rotation uses wgmma, which has no sm_90 form; the cubin runs
    on every sm_90 device, and the kernel keeps its mma.sync path for the
@@ -215,6 +221,7 @@ OSCAR__PRIVATE int oscar__nvrtc_options(const oscar_ctx *ctx, const char *progra
     opts[n++] = "-std=c++17";
     opts[n++] = "-DOSCAR_NVRTC=1";
     opts[n++] = "--fmad=true";
+    if (oscar__nvrtc_extra_option) opts[n++] = oscar__nvrtc_extra_option;
     return n;
 }
 
@@ -301,6 +308,7 @@ OSCAR__PRIVATE oscar_status oscar__nvrtc_compile(oscar_ctx *ctx, const char *pro
                          log ? log : "");
         goto done;
     }
+    if (oscar__nvrtc_extra_option) oscar__set_jit_log(ctx, log);
     ctx->nvrtc.nvrtcGetCUBINSize(prog, &cubin_size);
     cubin = OSCAR__CAST(char *, oscar__alloc(ctx, cubin_size));
     if (!cubin) {

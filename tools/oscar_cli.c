@@ -4,6 +4,9 @@
        oscar rotations inspect FILE [--layers]   layers, head dim, orthogonality, eigenvalues
        oscar rotations convert IN OUT            .pt <-> .safetensors
        oscar rotations hadamard ...              the data-free Hadamard rotation file
+       oscar kernels list [TEXT...]              the kernel instantiations (names containing TEXT)
+       oscar kernels resources [--sm N] TEXT...  registers, spills, stack and shared memory of
+                                                 those instantiations (NVRTC + ptxas; no GPU)
 
    Subcommands live in one table (`commands` below); add one with a
    function `int cmd_x(int argc, char **argv)` (argv[0] is its name) and a row.
@@ -730,11 +733,123 @@ static int cmd_calibrate(int argc, char **argv) {
     return 0;
 }
 
+/* ---- oscar kernels ---------------------------------------------------------------------------- */
+/* 1 if name contains one of the texts (every name when there are none) */
+static int name_matches(const char *name, int ntexts, char **texts) {
+    int i;
+    if (ntexts == 0) return 1;
+    for (i = 0; i < ntexts; i++)
+        if (strstr(name, texts[i])) return 1;
+    return 0;
+}
+
+static int cmd_kernels_list(int argc, char **argv) {
+    const int32_t n = oscar_jit_instantiation_count();
+    int32_t i, shown = 0;
+    for (i = 0; i < n; i++) {
+        const char *program = NULL, *name = NULL;
+        if (oscar_jit_instantiation(i, &program, &name) != OSCAR_OK || !name_matches(name, argc - 1, argv + 1)) continue;
+        printf("%-16s %s\n", program, name);
+        shown++;
+    }
+    printf("%d of %d instantiations\n", shown, n);
+    return 0;
+}
+
+/* The number before `unit` on the ptxas line that has it, in the log piece
+   [from, to); -1 if none. */
+static long ptxas_number(const char *from, const char *to, const char *unit) {
+    const char *u = from;
+    while ((u = strstr(u, unit)) && u < to) {
+        const char *d = u;
+        while (d > from && d[-1] == ' ') d--;
+        while (d > from && d[-1] >= '0' && d[-1] <= '9') d--;
+        if (d < u && *d >= '0' && *d <= '9') return strtol(d, NULL, 10);
+        u += strlen(unit);
+    }
+    return -1;
+}
+
+/* Each matching instantiation compiled alone with ptxas -v for sm_N; its
+   entry's lines of the log read back. A compile-only context: no GPU. */
+static int cmd_kernels_resources(int argc, char **argv) {
+    oscar_desc desc = {0};
+    oscar_ctx *ctx = NULL;
+    int sm = 90, ntexts, shown = 0, failed = 0;
+    char **texts;
+    int32_t k, n = oscar_jit_instantiation_count();
+    if (argc >= 3 && strcmp(argv[1], "--sm") == 0) {
+        sm = atoi(argv[2]);
+        argc -= 2, argv += 2;
+    }
+    ntexts = argc - 1, texts = argv + 1;
+    if (ntexts < 1 || sm < 50) {
+        fprintf(stderr, "usage: oscar kernels resources [--sm N (e.g. 90)] TEXT...  (instantiations whose name has TEXT; "
+                        "`oscar kernels list` names them)\n");
+        return 2;
+    }
+    desc.compile_only_sm = sm;
+    CLI_OK(NULL, oscar_setup(&desc, &ctx), "oscar kernels resources needs NVRTC");
+    oscar__nvrtc_extra_option = "--ptxas-options=-v";
+    printf("sm_%d, one NVRTC program per instantiation, ptxas -v:\n", sm);
+    printf("%9s %12s %11s %10s %10s  %s\n", "registers", "spill stores", "spill loads", "stack (B)", "static smem", "instantiation");
+    for (k = 0; k < n; k++) {
+        const char *program = NULL, *name = NULL, *log, *entry, *next;
+        char *cubin = NULL, *lowered[1] = {NULL}, marker[512];
+        size_t size = 0;
+        oscar_status st;
+        if (oscar_jit_instantiation(k, &program, &name) != OSCAR_OK || !name_matches(name, ntexts, texts)) continue;
+        shown++;
+        pthread_mutex_lock(&ctx->lock);
+        st = oscar__nvrtc_compile(ctx, program, &name, 1, &cubin, &size, lowered);
+        pthread_mutex_unlock(&ctx->lock);
+        if (st != OSCAR_OK) {
+            fprintf(stderr, "oscar: %s: %s\n", name, oscar_last_error(ctx));
+            failed++;
+            continue;
+        }
+        log = oscar_jit_log(ctx);
+        snprintf(marker, sizeof marker, "Compiling entry function '%s'", lowered[0]);
+        entry = strstr(log, marker);
+        next = entry ? strstr(entry + 1, "Compiling entry function") : NULL;
+        if (!next) next = log + strlen(log);
+        if (!entry) {
+            fprintf(stderr, "oscar: %s: ptxas reported no entry %s\n", name, lowered[0]);
+            failed++;
+        } else
+            printf("%9ld %12ld %11ld %10ld %10ld  %s\n", ptxas_number(entry, next, "registers"),
+                   ptxas_number(entry, next, "bytes spill stores"), ptxas_number(entry, next, "bytes spill loads"),
+                   ptxas_number(entry, next, "bytes stack frame"), OSCAR__MAX(0L, ptxas_number(entry, next, "bytes smem")),
+                   name);
+        oscar__free(ctx, cubin);
+        oscar__free(ctx, lowered[0]);
+    }
+    oscar__nvrtc_extra_option = NULL;
+    oscar_shutdown(ctx);
+    if (shown == 0) {
+        fprintf(stderr, "oscar: no instantiation's name contains the text given (`oscar kernels list` names them)\n");
+        return 1;
+    }
+    return failed ? 1 : 0;
+}
+
+static const cli_command kernel_commands[] = {
+    {"list", "[TEXT...]", "the kernel instantiations oscar can compile (names containing TEXT)", cmd_kernels_list},
+    {"resources", "[--sm N] TEXT...", "registers, spills, stack and shared memory per instantiation (NVRTC, no GPU)",
+     cmd_kernels_resources},
+};
+
+static int cmd_kernels(int argc, char **argv) {
+    return dispatch(kernel_commands, (int)(sizeof kernel_commands / sizeof kernel_commands[0]), "oscar kernels", argc - 1,
+                    argv + 1);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 static const cli_command commands[] = {
     {"calibrate", "[options] DUMP...", "fit K and V rotations from activation dumps (.npy, .safetensors, .pt)",
      cmd_calibrate},
     {"rotations", "inspect|convert|hadamard ...", "inspect, convert or create rotation files", cmd_rotations},
+    {"kernels", "list|resources ...", "the kernel instantiations and their registers / spills (no GPU)", cmd_kernels},
 };
 
 int main(int argc, char **argv) {
