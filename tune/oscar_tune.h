@@ -1825,9 +1825,10 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                 ncr = r + 1;
                 break;
             }
-        for (r = 0; r < ncr; r++)
-            for (a = 0; a < nci; a++)
-                for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND; b++) {
+        /* st ends every loop: a failed plan must not be overwritten by the next candidate's */
+        for (r = 0; r < ncr && st == OSCAR_OK; r++)
+            for (a = 0; a < nci && st == OSCAR_OK; a++)
+                for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND && st == OSCAR_OK; b++) {
                     if (ci[a] == w->int2[0] && cw[b] == w->win[0] && cr[r] == w->req[0]) continue; /* the default */
                     if (ci[a] == 0 && cw[b] == 0) continue;
                     pd.int2_splits = ci[a], pd.window_splits = cw[b], pd.requests_per_cta = cr[r];
