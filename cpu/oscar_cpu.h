@@ -223,6 +223,78 @@ OSCAR__PRIVATE void oscar__cpu_pack_row(const uint8_t *code, int D, uint8_t *out
         out[j] = OSCAR__CAST(uint8_t, code[j] | code[j + q4] << 2 | code[j + 2 * q4] << 4 | code[j + 3 * q4] << 6);
 }
 
+/* ---- the clipped-group threshold table of quantize.cuh ------------------
+   A bf16 group clipped at both ends (min -tau, max tau: nearly every group of
+   a clipped row when the group is the row) has code thresholds that depend
+   only on tau's mantissa: with mn = -tau, mx = tau the formula above scales
+   with tau by powers of two while every value stays normal (quantize.cuh, v8).
+   Entry 3 m + (k - 1), for tau = 1.m (bf16 exponent 127, 7-bit mantissa m)
+   and level k = 1..3: bits 0-15 the threshold word, the smallest bf16 value t
+   in [-tau, tau] whose code is >= k, or a marker -- neg_inf when t = -tau
+   (every value of the group reaches k), pos_inf when no value does; bit 16
+   set when the entry is usable: t is a marker or |t| >= 2^-70, and the same
+   computation at exponents 127 - 25 and 127 + 60 gives t shifted by that
+   many binades (oscar__cpu_clip_shift). pos_inf is the compare domain's
+   +infinity: 0x7F80 where the device compares bf16 natively (sm_90), 0x7C00
+   where it compares bf16 patterns as f16 (sm_80, sm_89); neg_inf = pos_inf |
+   0x8000. The device reads this table (oscar_kernels/quantize_table.cuh,
+   written by tools/gen_quantize_table.c from this function); session 8-17
+   kernels built it per CTA with the same definition (q_tab_entry). */
+#define OSCAR__CLIP_TAB_EMIN (127 - 25)
+#define OSCAR__CLIP_TAB_EMAX (127 + 60)
+OSCAR__PRIVATE uint32_t oscar__cpu_ord16(uint32_t pat) { return pat ^ ((pat & 0x8000u) ? 0xffffu : 0x8000u); }
+OSCAR__PRIVATE uint32_t oscar__cpu_unord16(uint32_t o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
+/* the uniform code of bf16 value v in a group clipped to [-tau, tau], before
+   the clamp to [0, 3]: (v / scale + zero) + 0.5 as the device evaluates it */
+OSCAR__PRIVATE float oscar__cpu_clipped_eval(float tau, float v) {
+    const float scale = fmaxf(tau - -tau, 1e-8f) / 3.0f, zero = tau / scale;
+    return v / scale + zero + 0.5f;
+}
+/* the threshold word of level k for tau (bf16 pattern tau_pat > 0), by
+   bisection over the ordered bf16 indices of [-tau, tau] (the code is
+   monotone in the value) */
+OSCAR__PRIVATE uint32_t oscar__cpu_clipped_threshold(uint32_t tau_pat, int k, uint32_t pos_inf) {
+    const float tau = oscar__bf16_to_f32(OSCAR__CAST(uint16_t, tau_pat));
+    const uint32_t olo = oscar__cpu_ord16(tau_pat | 0x8000u), ohi = oscar__cpu_ord16(tau_pat);
+    uint32_t lo = olo, hi = ohi + 1u; /* the smallest index in [olo, ohi + 1] that reaches k (ohi + 1: none) */
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2u;
+        if (oscar__cpu_clipped_eval(tau, oscar__bf16_to_f32(OSCAR__CAST(uint16_t, oscar__cpu_unord16(mid)))) >=
+            OSCAR__CAST(float, k))
+            hi = mid;
+        else
+            lo = mid + 1u;
+    }
+    return lo == olo ? (pos_inf | 0x8000u) : lo > ohi ? pos_inf : oscar__cpu_unord16(lo);
+}
+/* t moved by de binades (markers and zeros stay) */
+OSCAR__PRIVATE uint32_t oscar__cpu_clip_shift(uint32_t t, int de) {
+    const uint32_t mag = t & 0x7fffu;
+    if (mag >= 0x7f80u || mag == 0u) return t;
+    return (t & 0x8000u) | (mag + OSCAR__CAST(uint32_t, de * 128));
+}
+OSCAR__PRIVATE void oscar__cpu_clip_table(int native_bf16, uint32_t out[384]) {
+    const uint32_t pos_inf = native_bf16 ? 0x7F80u : 0x7C00u;
+    int m, k, i;
+    for (m = 0; m < 128; m++)
+        for (k = 1; k <= 3; k++) {
+            uint32_t t = 0u;
+            int ok = 1;
+            for (i = 0; i < 3; i++) {
+                const int e = i == 0 ? 127 : i == 1 ? OSCAR__CLIP_TAB_EMIN : OSCAR__CLIP_TAB_EMAX;
+                const uint32_t x = oscar__cpu_clipped_threshold(OSCAR__CAST(uint32_t, (e << 7) | m), k, pos_inf);
+                if (i == 0) {
+                    const uint32_t mag = x & 0x7fffu;
+                    t = x;
+                    ok = mag >= 0x7f80u || mag >= ((127u - 70u) << 7);
+                } else {
+                    ok = ok && x == oscar__cpu_clip_shift(t, e - 127);
+                }
+            }
+            out[3 * m + k - 1] = t | (ok ? 0x10000u : 0u);
+        }
+}
+
 /* Rotates x[D] by R (f32 [D][D] row-major, rounded to the source dtype as
    the device does) in float64 and rounds the result to the source dtype. */
 OSCAR__PRIVATE void oscar__cpu_rotate_row(const float *x, const float *R, int D, int src_dtype, float *y) {

@@ -91,6 +91,10 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v10 (session 18): the clipped-group threshold table (v8) is a constant
+   (quantize_table.cuh) copied in with the first slot ids, no longer built
+   per CTA, so every bf16 launch with a clip uses it: 32-request demotion
+   -10%, prefill ~-1.5% (same-call A/B, docs/quantize.md).
    v9: the rotation on wgmma (sm_90a; quantize.cuh is the one program the
    JIT compiles for sm_90a): 392.8-393.9 -> 377.2-378.5 us (38% of copy), no
    clip 317-318 -> 304-307, demotion unchanged within spread (same-call A/B,
@@ -166,6 +170,7 @@
 #define OSCAR_K_QUANTIZE_CUH
 
 #include "common.cuh"
+#include "quantize_table.cuh"
 
 namespace oscar {
 namespace detail {
@@ -426,19 +431,6 @@ __device__ __forceinline__ void q_uniform_scale_zero(float mn, float mx, float &
     scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
     zero = __fdiv_rn(-mn, scale);
 }
-/* The uniform code threshold of level k (1..3, a packed compare word as
-   q_threshold returns it) of a group whose min and max are -tau and tau:
-   exactly the per-group computation of quantize_kernel for mn = -tau, mx = tau. */
-template <int DT>
-__device__ __forceinline__ u32 q_clipped_threshold(float tau, int k) {
-    float scale, zero;
-    q_uniform_scale_zero(-tau, tau, scale, zero);
-    q_formula f;
-    f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
-    return q_threshold<DT>(f, static_cast<float>(k), __fmaf_rn(static_cast<float>(k) - 0.5f, scale, -tau),
-                           q_direct_candidate<DT>(scale, zero, k), q_ord(from_f32(-tau, DT)), q_ord(from_f32(tau, DT)));
-}
-
 /* v8: the thresholds of a bf16 group clipped at both ends depend only on
    tau's mantissa. With mn = -tau, mx = tau: 2 tau is exact, scale = RN(2 tau
    / 3) and zero = RN(tau / scale) scale with tau by any power of two (zero
@@ -447,8 +439,8 @@ __device__ __forceinline__ u32 q_clipped_threshold(float tau, int k) {
    max - min), tau * 2^j has the thresholds of tau, each times 2^j. The table
    holds, per mantissa m (tau = 1.m), the three threshold words computed in
    full at tau in [1, 2); an entry is used only if the same computation at
-   tau * 2^-25 and tau * 2^60 gives the shifted words (checked when the table
-   is built) and tau's exponent is in that range (Q_TAB_EMIN..Q_TAB_EMAX:
+   tau * 2^-25 and tau * 2^60 gives the shifted words (its bit 16, set by the
+   generator) and tau's exponent is in that range (Q_TAB_EMIN..Q_TAB_EMAX:
    2 tau >= 2^-24 > 1e-8; a threshold's magnitude, at least 2^-70 at
    [1, 2), stays >= 2^-95, normal). Entry bits 0-15 the threshold, bit 16
    set when usable; markers (+-inf: no value / every value reaches) do not
@@ -459,26 +451,22 @@ __device__ __forceinline__ u32 q_tab_shift(u32 t, int de) {
     if (mag >= 0x7f80u || mag == 0u) return t; /* markers (and zeros: never usable) */
     return (t & 0x8000u) | (mag + static_cast<u32>(de * 128));
 }
-/* Not inlined, one copy of the threshold code in a loop: the kernel's hot
-   path stays as small as before (inlined three times, the 1- and 32-request
-   demotions ran 1.3-2 us slower). */
-__device__ __noinline__ u32 q_tab_entry(int m, int k) {
-    u32 t = 0u;
-    bool ok = true;
-#pragma unroll 1
-    for (int i = 0; i < 3; i++) {
-        const int e = i == 0 ? 127 : i == 1 ? Q_TAB_EMIN : Q_TAB_EMAX;
-        const u32 x = q_clipped_threshold<OSCAR_K_DTYPE_BF16>(bf16_to_f32(static_cast<u16>((e << 7) | m)), k + 1) & 0xffffu;
-        if (i == 0) {
-            t = x;
-            const u32 mag = t & 0x7fffu;
-            ok = mag >= 0x7f80u || mag >= ((127u - 70u) << 7); /* a marker, or |t| >= 2^-70 (not 0) */
-        } else {
-            ok = ok && x == q_tab_shift(t, e - 127);
-        }
-    }
-    return t | (ok ? 0x10000u : 0u);
-}
+/* The table itself (session 18): a constant of the compare domain, written by
+   tools/gen_quantize_table.c from cpu/oscar_cpu.h's definition (which the
+   CPU tests check entry by entry against a plain scan). Sessions 8-17 built
+   it per CTA on the device (q_tab_entry: 384 threshold searches, ~2 us per
+   CTA), so only launches with 16 or more steps per warp used it; now every
+   bf16 launch with a clip copies it to shared memory with its first slot
+   ids. H200, same call: 32-request demotion 49.7 / 50.2 -> 45.6 / 44.2 us,
+   256 requests 228.3 / 227.5 -> 222.5 / 220.5, prefill 369.3 / 369.2 ->
+   358.3 / 363.2; the 1-request demotion unchanged (its slowest warp still
+   has a row clipped at one end only, which computes its thresholds). */
+__device__ __align__(16) const u32 q_tab_global[128 * 3] =
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    OSCAR_K_CLIP_TABLE_NATIVE;
+#else
+    OSCAR_K_CLIP_TABLE_F16CMP;
+#endif
 
 constexpr int Q_SLOT_RING = 3 * 32 * 16; /* per warp: 3 steps x 32 lanes x (src, dst slot) */
 
@@ -753,6 +741,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         }
     };
 
+    /* the clipped groups' threshold table (bf16, uniform, clip on): the
+       constant q_tab_global, copied with the first slot ids */
+    constexpr bool TAB = SRC_DTYPE != OSCAR_K_DTYPE_F16;
+    __shared__ __align__(16) u32 q_tab[TAB ? 128 * 3 : 4];
+    const bool use_tab = TAB && clip_index >= 0 && !p.lloyd_max;
+    if (use_tab)
+        for (int i = threadIdx.x; i < 128 * 3 / 4; i += WARPS * 32) cp_async16(smem_addr(q_tab) + 16 * i, q_tab_global + 4 * i, 16);
+
     i64 step = static_cast<i64>(blockIdx.x) * WARPS + warp;
     fetch_slots(step, 0);
     fetch_slots(step + stride, 1);
@@ -793,7 +789,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
       }
     } else if (rot) {
         const float *R = reinterpret_cast<const float *>(rot);
-        constexpr int ITEMS = D * CHUNKS, PER = 8;
+        constexpr int ITEMS = D * CHUNKS, PER = 4;
         for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
             float4 a[PER], bq[PER];
 #pragma unroll
@@ -819,15 +815,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             }
         }
     }
-    /* v8: the clipped groups' threshold table (bf16, uniform, clip on), built
-       once per CTA where its warps have 16 steps or more each (~2 us per CTA:
-       with 4 steps per warp, the 32-request demotion was 2 us slower) */
-    constexpr bool TAB = SRC_DTYPE != OSCAR_K_DTYPE_F16;
-    __shared__ u32 q_tab[TAB ? 128 * 3 : 1];
-    const bool use_tab = TAB && clip_index >= 0 && !p.lloyd_max && steps >= 16 * stride;
-    if (use_tab)
-        for (int i = threadIdx.x; i < 128 * 3; i += WARPS * 32) q_tab[i] = q_tab_entry(i / 3, i % 3);
-    __syncthreads();
+    __syncthreads(); /* R and the threshold table are in shared memory */
 
     /* WG: the 4 warps of a group take steps 4s..4s+3 and loop together (the
        group's barriers), a warp past the end with empty rows */

@@ -341,6 +341,63 @@ Test(quantize_thresh, clipped_table_scales_with_tau_exponent) {
     cr_assert(usable >= 300, "most entries usable (%ld of 384)", usable);
 }
 
+/* The table the kernel reads (session 18: oscar_kernels/quantize_table.cuh, a
+   constant written by tools/gen_quantize_table.c from cpu/oscar_cpu.h's
+   oscar__cpu_clip_table; sessions 8-17 built it per CTA on the device). Here:
+   the committed file equals the generator for both compare domains (else:
+   regenerate it), and every entry equals one rebuilt from this file's own
+   reference -- the stored threshold at tau = 1.m by a plain scan of [-tau, tau]
+   (monotone), the usable bit from ref_threshold at exponents 2^-25 and 2^60
+   -- with the domain's markers: sm_90 compares bf16 (+inf 0x7F80), sm_80 and
+   sm_89 compare bf16 patterns as f16 (+inf 0x7C00). No entry is a marker
+   today (-tau never reaches level 1, tau always reaches level 3), so the two
+   tables are equal; the test keeps them apart in case the formula changes. */
+#include "oscar_kernels/quantize_table.cuh"
+static uint32_t domain_word(uint32_t w, uint32_t pos_inf) {
+    return w == 0x7F80u ? pos_inf : w == 0xFF80u ? (pos_inf | 0x8000u) : w;
+}
+Test(quantize_thresh, clip_table_committed_equals_reference) {
+    static const uint32_t committed[2][384] = {OSCAR_K_CLIP_TABLE_F16CMP, OSCAR_K_CLIP_TABLE_NATIVE};
+    const int emin = 127 - 25, emax = 127 + 60;
+    int native, usable[2] = {0, 0};
+    for (native = 0; native <= 1; native++) {
+        const uint32_t pos_inf = native ? 0x7F80u : 0x7C00u;
+        uint32_t gen[384], m;
+        int i;
+        oscar__cpu_clip_table(native, gen);
+        for (i = 0; i < 384; i++)
+            cr_assert_eq(gen[i], committed[native][i],
+                         "%s entry %d: committed 0x%05x, oscar__cpu_clip_table 0x%05x -- regenerate with "
+                         "build/tools/gen_quantize_table > oscar_kernels/quantize_table.cuh",
+                         native ? "native" : "f16cmp", i, committed[native][i], gen[i]);
+        for (m = 0; m < 128; m++) {
+            const uint32_t h = (127u << 7) | m;
+            const float tau = oscar__bf16_to_f32((uint16_t)h), scale = fmaxf(tau - -tau, 1e-8f) / 3.0f, zero = tau / scale;
+            const uint32_t olo = t_ord(h | 0x8000u), ohi = t_ord(h);
+            uint32_t lo[3], hi[3];
+            int k;
+            clipped_words(((uint32_t)emin << 7) | m, lo);
+            clipped_words(((uint32_t)emax << 7) | m, hi);
+            for (k = 1; k <= 3; k++) {
+                int monotone = 1;
+                const uint32_t b = scan_threshold(scale, zero, k, OSCAR_K_DTYPE_BF16, olo, ohi, &monotone);
+                const uint32_t t = b == olo ? (pos_inf | 0x8000u) : b > ohi ? pos_inf : t_unord(b), mag = t & 0x7fffu;
+                const int ok = (mag >= 0x7f80u || mag >= ((127u - 70u) << 7)) &&
+                               domain_word(lo[k - 1], pos_inf) == table_shift(t, emin - 127) &&
+                               domain_word(hi[k - 1], pos_inf) == table_shift(t, emax - 127);
+                cr_assert(monotone, "tau 0x%04x level %d: the code is not monotone", h, k);
+                cr_assert_eq(committed[native][3 * m + k - 1], t | (ok ? 0x10000u : 0u),
+                             "%s tau 0x%04x level %d: table 0x%05x, reference 0x%05x", native ? "native" : "f16cmp", h, k,
+                             committed[native][3 * m + k - 1], t | (ok ? 0x10000u : 0u));
+                usable[native] += ok;
+            }
+        }
+    }
+    printf("clip table: %d (sm_90) and %d (sm_80/89) of 384 entries usable, both equal the reference\n", usable[1],
+           usable[0]);
+    cr_assert(usable[1] >= 300, "most sm_90 entries usable (%d of 384)", usable[1]);
+}
+
 /* quantize.cuh's q_divisor (bb19712), mirrored: the address code divides row
    indices by the KV-head count and slots by page sizes as (n m) >> (31 + l)
    with l = ceil(log2 d), m = ceil(2^(31 + l) / d) (2^31 for powers of two).
