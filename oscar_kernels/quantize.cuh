@@ -789,7 +789,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
       }
     } else if (rot) {
         const float *R = reinterpret_cast<const float *>(rot);
-        constexpr int ITEMS = D * CHUNKS, PER = 4;
+        constexpr int ITEMS = D * CHUNKS, PER = 8;
         for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
             float4 a[PER], bq[PER];
 #pragma unroll
