@@ -33,7 +33,7 @@ typedef struct oscar__tune_family_def {
     int32_t key_kinds[OSCAR__TUNE_MAX_KEYS];
     int32_t num_params;
     oscar__tune_param_def params[OSCAR__TUNE_MAX_PARAMS];
-    const char *sources[3]; /* embedded files whose digests key the entries */
+    const char *sources[4]; /* embedded files whose digests key the entries (NULL: none) */
 } oscar__tune_family_def;
 
 /* Decode keys: the INT2 page size is exact (it picks the instantiation), the
@@ -109,7 +109,7 @@ static const oscar__tune_family_def oscar__tune_families[OSCAR__TUNE_FAMILY_COUN
       OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
      2,
      {{"rows_per_warp", 2, {16, 32}}, {"warps_per_cta", 3, {2, 4, 8}}},
-     {"quantize.cuh", "common.cuh", "oscar_params.h"}},
+     {"quantize.cuh", "common.cuh", "oscar_params.h", "quantize_table.cuh"}},
 };
 
 OSCAR__PRIVATE int oscar__tune_family_ok(int32_t f) { return f > OSCAR_TUNE_FAMILY_NONE && f < OSCAR__TUNE_FAMILY_COUNT; }
@@ -272,7 +272,7 @@ OSCAR__PRIVATE void oscar__tune_family_digest(int32_t family, char out[17]) {
     uint8_t d[32];
     int i;
     oscar__sha256_init(&s);
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 4; i++) {
         const char *name = oscar__tune_families[family].sources[i];
         const oscar__embedded_source *src = name ? oscar__find_source(name) : NULL;
         if (!name) continue;
