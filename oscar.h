@@ -460,10 +460,46 @@ typedef struct oscar_quantize_desc {
     oscar_dtype slot_dtype;
     float k_clip_ratio, v_clip_ratio;
     oscar_quant_mode mode;
+    /* optional, [num_layers] each: oscar_prepare_rotation's images of the layers'
+       k_rotation / v_rotation (NULL array or entry = none; see below). Arrays beside
+       the layer descs, not fields in them, so that layer descs filled field by field
+       stay valid. */
+    const void *const *k_rotation_prepared;
+    const void *const *v_rotation_prepared;
     uint32_t _end_canary;
 } oscar_quantize_desc;
 
 OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream);
+
+/* Prepared rotations (optional, for the quantize path only). A quantize launch
+   stages each layer's R from f32 into its shared memory as the source dtype
+   (64 KB of loads and a conversion per CTA at head dim 128: most of a small
+   demotion's latency). An engine can do that once per matrix at load time:
+   oscar_prepare_rotation writes an image of R -- rounded to the source dtype,
+   in the kernel's own shared-memory layouts, behind a header -- into memory the
+   engine owns (oscar_rotation_prepared_bytes of it, 16-byte aligned), and the
+   quantize desc's k/v_rotation_prepared arrays hand it to oscar_quantize_kv, whose CTAs
+   then copy it in one round trip. Codes are bit-identical either way. The f32
+   rotation stays required: a CTA that finds a header for another head dim,
+   dtype or layout version stages from it instead (slower, never wrong).
+   Prepare again if the f32 matrix changes. Capturable; no allocation.
+       head_dim     *must* be set: 64, 128 or 256
+       src_dtype    BF16 (default) or F16: the dtype of the rows it will rotate
+       rotation     *must* be set: device [head_dim][head_dim] f32, row-major
+       out          *must* be set: device, 16-byte aligned
+       out_bytes    *must* be >= oscar_rotation_prepared_bytes(head_dim) */
+typedef struct oscar_rotation_prepare_desc {
+    uint32_t _start_canary;
+    int32_t head_dim;
+    oscar_dtype src_dtype;
+    const float *rotation;
+    void *out;
+    size_t out_bytes;
+    uint32_t _end_canary;
+} oscar_rotation_prepare_desc;
+/* the image's size: 64 + 4 head_dim^2 bytes (0 for an unsupported head dim) */
+OSCAR_API size_t oscar_rotation_prepared_bytes(int32_t head_dim);
+OSCAR_API oscar_status oscar_prepare_rotation(oscar_ctx *ctx, const oscar_rotation_prepare_desc *desc, oscar_stream stream);
 
 /* ------------------------------------------------------------------------ */
 /* Decode attention: INT2 history + the engine's bf16 windows, plan / run    */

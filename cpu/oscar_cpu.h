@@ -295,6 +295,43 @@ OSCAR__PRIVATE void oscar__cpu_clip_table(int native_bf16, uint32_t out[384]) {
         }
 }
 
+/* The prepared rotation image (oscar_prepare_rotation; quantize.cuh's
+   rotation_prepare_kernel writes the same bytes): header, then R rounded to
+   the source dtype in the wgmma path's layout and in the mma.sync path's. */
+OSCAR__PRIVATE uint32_t oscar__cpu_rowswz(int D, int row) {
+    if (D == 64) return OSCAR__CAST(uint32_t, ((row & 3) << 1) | ((row >> 2) & 1));
+    if (D == 128) return OSCAR__CAST(uint32_t, (row & 1) | ((row & 2) << 1) | ((row & 4) >> 1));
+    return OSCAR__CAST(uint32_t, row & 7);
+}
+OSCAR__PRIVATE void oscar__cpu_rotation_image(const float *R, int D, int src_dtype, uint8_t *out) {
+    const int chunks = D / 8;
+    const size_t bytes = OSCAR__CAST(size_t, D) * OSCAR__CAST(size_t, D) * 2;
+    uint8_t *wg = out + OSCAR_K_ROT_PREP_HEADER, *ms = wg + bytes;
+    uint32_t hdr[OSCAR_K_ROT_PREP_HEADER / 4] = {0};
+    int c, n, e;
+    hdr[0] = OSCAR_K_ROT_PREP_MAGIC, hdr[1] = OSCAR_K_ROT_PREP_VERSION, hdr[2] = OSCAR__CAST(uint32_t, D);
+    hdr[3] = OSCAR__CAST(uint32_t, src_dtype);
+    memcpy(out, hdr, sizeof hdr);
+    for (c = 0; c < chunks; c++)
+        for (n = 0; n < D; n++) {
+            /* wgmma: chunk c of R^T row n, at (c / 8) D 128 + n 128 + ((c % 8) ^ (n % 8)) 16 */
+            uint8_t *dst = wg + OSCAR__CAST(size_t, (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4));
+            for (e = 0; e < 8; e++) {
+                const uint16_t h = oscar__from_f32(R[OSCAR__CAST(int64_t, c * 8 + e) * D + n], src_dtype);
+                memcpy(dst + 2 * e, &h, 2);
+            }
+        }
+    for (n = 0; n < D; n++) /* mma.sync: chunk c of R row n at n 2D + (c ^ rowswz(n)) 16 */
+        for (c = 0; c < chunks; c++) {
+            uint8_t *dst = ms + OSCAR__CAST(size_t, n) * OSCAR__CAST(size_t, D) * 2 +
+                           ((OSCAR__CAST(uint32_t, c) ^ oscar__cpu_rowswz(D, n)) << 4);
+            for (e = 0; e < 8; e++) {
+                const uint16_t h = oscar__from_f32(R[OSCAR__CAST(int64_t, n) * D + c * 8 + e], src_dtype);
+                memcpy(dst + 2 * e, &h, 2);
+            }
+        }
+}
+
 /* Rotates x[D] by R (f32 [D][D] row-major, rounded to the source dtype as
    the device does) in float64 and rounds the result to the source dtype. */
 OSCAR__PRIVATE void oscar__cpu_rotate_row(const float *x, const float *R, int D, int src_dtype, float *y) {

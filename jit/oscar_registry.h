@@ -64,6 +64,9 @@ OSCAR__PRIVATE int oscar__quant_tile_registered(int head_dim, int rows, int warp
     if (head_dim == 256) return rows == 16 && (warps == 2 || warps == 8);
     return warps == 4 || warps == 8;
 }
+OSCAR__PRIVATE void oscar__name_rotation_prepare(char *out, size_t cap, int head_dim, oscar_dtype src) {
+    snprintf(out, cap, "oscar::rotation_prepare_kernel<%d, %d>", head_dim, src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+}
 OSCAR__PRIVATE void oscar__name_quantize(char *out, size_t cap, int head_dim, int group_size, oscar_dtype src, int rows,
                                          int warps) {
     snprintf(out, cap, "oscar::quantize_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
@@ -123,6 +126,12 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                 oscar__registry_add("dequant.cuh", "%s", name);
             }
         }
+    for (d = 0; d < 3; d++) {
+        oscar__name_rotation_prepare(name, sizeof name, oscar__head_dims[d], OSCAR_DTYPE_BF16);
+        oscar__registry_add("quantize.cuh", "%s", name);
+        oscar__name_rotation_prepare(name, sizeof name, oscar__head_dims[d], OSCAR_DTYPE_F16);
+        oscar__registry_add("quantize.cuh", "%s", name);
+    }
     for (d = 0; d < 3; d++)
         for (g = 0; g < 4; g++) {
             int hd = oscar__head_dims[d], gs = oscar__group_sizes[g];

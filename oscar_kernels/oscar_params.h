@@ -78,8 +78,22 @@ typedef struct oscar_quantize_layer {
     oscar_u64 rot_k, rot_v;         /* [D][D] f32 row-major, 0 = no rotation */
     oscar_u64 k_codes, v_codes;     /* this layer's INT2 pool */
     oscar_u64 k_scales, v_scales;
+    oscar_u64 rot_k_prepared, rot_v_prepared; /* 0 = none: oscar_prepare_rotation's images (quantize.cuh) */
 } oscar_quantize_layer;
-OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_layer) == 64, "oscar_quantize_layer size");
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_layer) == 80, "oscar_quantize_layer size");
+/* A prepared rotation image (oscar_prepare_rotation): a 64-byte header (magic,
+   version, head dim, OSCAR_K_DTYPE_* of the rows it rotates) and R rounded to
+   that dtype in the two shared-memory layouts of quantize_kernel, each
+   head_dim^2 16-bit values: the wgmma path's K-major swizzled R^T, then the
+   mma.sync path's swizzled row-major R. */
+#define OSCAR_K_ROT_PREP_MAGIC 0x5052534Fu
+#define OSCAR_K_ROT_PREP_VERSION 1u
+#define OSCAR_K_ROT_PREP_HEADER 64
+typedef struct oscar_rotation_prepare_params {
+    oscar_u64 rotation; /* [D][D] f32 */
+    oscar_u64 out;      /* the image */
+} oscar_rotation_prepare_params;
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_rotation_prepare_params) == 16, "oscar_rotation_prepare_params size");
 
 typedef struct oscar_quantize_params {
     oscar_pool_params pool;         /* destination geometry (its bases are unused: see layers) */
@@ -95,7 +109,7 @@ typedef struct oscar_quantize_params {
     oscar_i32 num_layers;
     oscar_quantize_layer layers[OSCAR_K_MAX_QUANT_LAYERS];
 } oscar_quantize_params;
-OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 64 * OSCAR_K_MAX_QUANT_LAYERS,
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 80 * OSCAR_K_MAX_QUANT_LAYERS,
                            "oscar_quantize_params size");
 OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 168);
 

@@ -749,11 +749,33 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     if (use_tab)
         for (int i = threadIdx.x; i < 128 * 3 / 4; i += WARPS * 32) cp_async16(smem_addr(q_tab) + 16 * i, q_tab_global + 4 * i, 16);
 
+    /* a prepared rotation (oscar_prepare_rotation): its header and this path's
+       layout of R, copied straight into place with the first slot ids (one
+       round trip, no f32 loads, no conversion); a header for another head
+       dim, dtype or layout version leaves R to the f32 staging below */
+    const u64 rot_prep = rot ? (side ? L.rot_v_prepared : L.rot_k_prepared) : 0;
+    __shared__ __align__(16) u32 q_prep_hdr[OSCAR_K_ROT_PREP_HEADER / 4];
+    if (rot_prep) {
+        constexpr int BYTES = D * D * 2;
+        const u8 *img = reinterpret_cast<const u8 *>(rot_prep);
+        const u8 *half = img + OSCAR_K_ROT_PREP_HEADER + (WG ? 0 : BYTES);
+        if (threadIdx.x < OSCAR_K_ROT_PREP_HEADER / 16)
+            cp_async16(smem_addr(q_prep_hdr) + 16 * threadIdx.x, img + 16 * threadIdx.x, 16);
+        for (int i = threadIdx.x; i < BYTES / 16; i += WARPS * 32) cp_async16(smem_addr(rsm) + 16 * i, half + 16 * i, 16);
+    }
+
     i64 step = static_cast<i64>(blockIdx.x) * WARPS + warp;
     fetch_slots(step, 0);
     fetch_slots(step + stride, 1);
     cp_async_commit();
     cp_async_wait<0>();
+    bool prep_ok = false;
+    if (rot_prep) { /* uniform over the CTA */
+        if constexpr (WG) q_fence_proxy_async(); /* cp.async -> wgmma's reads, after the barriers below */
+        __syncthreads();
+        prep_ok = q_prep_hdr[0] == OSCAR_K_ROT_PREP_MAGIC && q_prep_hdr[1] == OSCAR_K_ROT_PREP_VERSION &&
+                  q_prep_hdr[2] == static_cast<u32>(D) && q_prep_hdr[3] == static_cast<u32>(SRC_DTYPE);
+    }
     if (step < steps) issue(src_off_of(step, 0));
     cp_async_commit();
 
@@ -761,7 +783,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        first rows are on their way; eight chunks' loads are issued before any
        is used, so their latencies overlap (a demotion launch is mostly this) */
     if constexpr (WG) {
-      if (rot) {
+      if (rot && !prep_ok) {
         /* WG: R transposed (K-major B): chunk c of row n = R[8c..8c+7][n], at
            (c / 8) * D * 128 + n * 128 + ((c % 8) ^ (n % 8)) * 16; a warp's 32
            loads of one R row are consecutive columns (coalesced) */
@@ -787,7 +809,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         }
         q_fence_proxy_async(); /* st.shared -> wgmma's reads, after the barrier below */
       }
-    } else if (rot) {
+    } else if (rot && !prep_ok) {
         const float *R = reinterpret_cast<const float *>(rot);
         constexpr int ITEMS = D * CHUNKS, PER = 8;
         for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
@@ -1199,6 +1221,44 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         }
     }
     cp_async_wait<0>();
+}
+
+/* oscar_prepare_rotation's image of R for quantize_kernel<HEAD_DIM, ..,
+   SRC_DTYPE, ..>: the header, then R rounded to SRC_DTYPE (the same rounding
+   as the kernel's staging) in the wgmma path's layout (R^T K-major, 128-byte
+   swizzle: chunk c of row n = R[8c..8c+7][n]) and in the mma.sync path's
+   (qswz: chunk c of row k = R[k][8c..8c+7]), each exactly the bytes the
+   kernel's f32 staging writes to its shared memory. One thread per chunk. */
+template <int HEAD_DIM, int SRC_DTYPE>
+__global__ void __launch_bounds__(256) rotation_prepare_kernel(const __grid_constant__ oscar_rotation_prepare_params p) {
+    using namespace detail;
+    using S = qsimd<SRC_DTYPE>;
+    constexpr int D = HEAD_DIM, CHUNKS = D / 8, ITEMS = D * CHUNKS, BYTES = D * D * 2;
+    static_assert(D == 64 || D == 128 || D == 256, "head dim");
+    const float *R = reinterpret_cast<const float *>(p.rotation);
+    u8 *img = reinterpret_cast<u8 *>(p.out), *wg = img + OSCAR_K_ROT_PREP_HEADER, *ms = wg + BYTES;
+    const int i = static_cast<int>(blockIdx.x) * 256 + static_cast<int>(threadIdx.x);
+    if (i < OSCAR_K_ROT_PREP_HEADER / 16) {
+        const u32 w0 = i == 0 ? OSCAR_K_ROT_PREP_MAGIC : 0u, w1 = i == 0 ? OSCAR_K_ROT_PREP_VERSION : 0u;
+        const u32 w2 = i == 0 ? static_cast<u32>(D) : 0u, w3 = i == 0 ? static_cast<u32>(SRC_DTYPE) : 0u;
+        reinterpret_cast<uint4 *>(img)[i] = make_uint4(w0, w1, w2, w3);
+    }
+    if (i >= ITEMS) return;
+    {
+        const int c = i / D, n = i % D;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = R[static_cast<i64>(c * 8 + e) * D + n];
+        *reinterpret_cast<uint4 *>(wg + (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4)) =
+            make_uint4(S::pack_rn(v[1], v[0]), S::pack_rn(v[3], v[2]), S::pack_rn(v[5], v[4]), S::pack_rn(v[7], v[6]));
+    }
+    {
+        const int row = i / CHUNKS, ch = i % CHUNKS;
+        const float4 *src4 = reinterpret_cast<const float4 *>(R + static_cast<i64>(row) * D + ch * 8);
+        const float4 a = src4[0], b = src4[1];
+        *reinterpret_cast<uint4 *>(ms + qswz<D>(row, ch)) =
+            make_uint4(S::pack_rn(a.y, a.x), S::pack_rn(a.w, a.z), S::pack_rn(b.y, b.x), S::pack_rn(b.w, b.z));
+    }
 }
 
 }  // namespace oscar

@@ -156,6 +156,8 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
                     pool.group_size, pool.head_dim);
     for (l = 0; l < d.num_layers && l < 4096; l++) {
         const oscar_quantize_layer_desc *L = &layers[l];
+        const void *kp = d.k_rotation_prepared ? d.k_rotation_prepared[l] : NULL;
+        const void *vp = d.v_rotation_prepared ? d.v_rotation_prepared[l] : NULL;
         uintptr_t align = OSCAR__RCAST(uintptr_t, L->src_k) | OSCAR__RCAST(uintptr_t, L->src_v) |
                           OSCAR__RCAST(uintptr_t, L->k_rotation) | OSCAR__RCAST(uintptr_t, L->v_rotation);
         OSCAR__VALIDATE(&v, L->src_k && L->src_v, "layers[%d]: src_k = %p, src_v = %p; both *must* be set", l, L->src_k,
@@ -163,6 +165,17 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
         OSCAR__VALIDATE(&v, L->k_codes && L->v_codes && L->k_scales && L->v_scales,
                         "layers[%d]: k_codes, v_codes, k_scales and v_scales *must* be set", l);
         OSCAR__VALIDATE(&v, align % 16 == 0, "layers[%d]: sources and rotations must be 16-byte aligned", l);
+        OSCAR__VALIDATE(&v, (OSCAR__RCAST(uintptr_t, kp) | OSCAR__RCAST(uintptr_t, vp)) % 16 == 0,
+                        "desc.k_rotation_prepared[%d] = %p, desc.v_rotation_prepared[%d] = %p; expected 16-byte aligned",
+                        l, kp, l, vp);
+        OSCAR__VALIDATE(&v, !kp || L->k_rotation,
+                        "desc.k_rotation_prepared[%d] = %p without layer %d's k_rotation; the f32 matrix *must* be set "
+                        "with its image (a CTA that finds the image foreign stages from it)",
+                        l, kp, l);
+        OSCAR__VALIDATE(&v, !vp || L->v_rotation,
+                        "desc.v_rotation_prepared[%d] = %p without layer %d's v_rotation; the f32 matrix *must* be set "
+                        "with its image (a CTA that finds the image foreign stages from it)",
+                        l, vp, l);
         OSCAR__VALIDATE(&v,
                         ((OSCAR__RCAST(uintptr_t, L->k_codes) | OSCAR__RCAST(uintptr_t, L->v_codes)) % 16 == 0) &&
                             ((OSCAR__RCAST(uintptr_t, L->k_scales) | OSCAR__RCAST(uintptr_t, L->v_scales)) %
@@ -208,6 +221,8 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
             oscar_quantize_layer *K = &p->layers[i];
             K->src_k = OSCAR__RCAST(uint64_t, L->src_k), K->src_v = OSCAR__RCAST(uint64_t, L->src_v);
             K->rot_k = OSCAR__RCAST(uint64_t, L->k_rotation), K->rot_v = OSCAR__RCAST(uint64_t, L->v_rotation);
+            K->rot_k_prepared = OSCAR__RCAST(uint64_t, d.k_rotation_prepared ? d.k_rotation_prepared[l + i] : NULL);
+            K->rot_v_prepared = OSCAR__RCAST(uint64_t, d.v_rotation_prepared ? d.v_rotation_prepared[l + i] : NULL);
             K->k_codes = OSCAR__RCAST(uint64_t, L->k_codes), K->v_codes = OSCAR__RCAST(uint64_t, L->v_codes);
             K->k_scales = OSCAR__RCAST(uint64_t, L->k_scales), K->v_scales = OSCAR__RCAST(uint64_t, L->v_scales);
             rot_k |= K->rot_k != 0, rot_v |= K->rot_v != 0;
@@ -246,6 +261,56 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
 
 OSCAR_API oscar_status oscar_quantize_kv(oscar_ctx *ctx, const oscar_quantize_desc *desc, oscar_stream stream) {
     return oscar__quantize_kv_tiled(ctx, desc, stream, NULL);
+}
+
+/* ---- prepared rotations -------------------------------------------------- */
+OSCAR_API size_t oscar_rotation_prepared_bytes(int32_t head_dim) {
+    if (head_dim != 64 && head_dim != 128 && head_dim != 256) return 0;
+    return OSCAR_K_ROT_PREP_HEADER + 4 * OSCAR__CAST(size_t, head_dim) * OSCAR__CAST(size_t, head_dim);
+}
+
+OSCAR_API oscar_status oscar_prepare_rotation(oscar_ctx *ctx, const oscar_rotation_prepare_desc *desc, oscar_stream stream) {
+    oscar__validator v;
+    oscar_rotation_prepare_desc d;
+    size_t need;
+    OSCAR__REQUIRE_CTX(ctx, "oscar_prepare_rotation");
+    if (!desc) return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT, "oscar_prepare_rotation: desc = NULL");
+    d = *desc;
+    d.src_dtype = oscar__def(d.src_dtype, OSCAR_DTYPE_BF16);
+    need = oscar_rotation_prepared_bytes(d.head_dim);
+    oscar__validate_begin(&v, ctx, "oscar_prepare_rotation");
+    OSCAR__CHECK_CANARIES(&v, desc, "desc");
+    OSCAR__VALIDATE(&v, need > 0, "desc.head_dim = %d; expected 64, 128 or 256", d.head_dim);
+    OSCAR__VALIDATE(&v, d.src_dtype == OSCAR_DTYPE_BF16 || d.src_dtype == OSCAR_DTYPE_F16,
+                    "desc.src_dtype = %s; expected bf16 or f16", oscar__dtype_name(d.src_dtype));
+    OSCAR__VALIDATE(&v, d.rotation != NULL, "desc.rotation = NULL; *must* be set");
+    OSCAR__VALIDATE(&v, OSCAR__RCAST(uintptr_t, d.rotation) % 16 == 0, "desc.rotation = %p; expected 16-byte aligned",
+                    OSCAR__CAST(const void *, d.rotation));
+    OSCAR__VALIDATE(&v, d.out != NULL, "desc.out = NULL; *must* be set");
+    OSCAR__VALIDATE(&v, OSCAR__RCAST(uintptr_t, d.out) % 16 == 0, "desc.out = %p; expected 16-byte aligned", d.out);
+    OSCAR__VALIDATE(&v, need == 0 || d.out_bytes >= need,
+                    "desc.out_bytes = %llu; expected >= %llu (oscar_rotation_prepared_bytes(%d))",
+                    OSCAR__CAST(unsigned long long, d.out_bytes), OSCAR__CAST(unsigned long long, need), d.head_dim);
+    {
+        const oscar_status st = oscar__validate_end(&v);
+        if (st != OSCAR_OK) return st;
+    }
+    {
+        const int dk = d.src_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        oscar_rotation_prepare_params p;
+        char name[96];
+        oscar__kernel *k;
+        oscar_status st;
+        if (ctx->backend == OSCAR_BACKEND_CPU) {
+            oscar__cpu_rotation_image(d.rotation, d.head_dim, dk, OSCAR__CAST(uint8_t *, d.out));
+            return OSCAR_OK;
+        }
+        p.rotation = OSCAR__RCAST(uint64_t, d.rotation), p.out = OSCAR__RCAST(uint64_t, d.out);
+        oscar__name_rotation_prepare(name, sizeof name, d.head_dim, d.src_dtype);
+        st = oscar__jit_get(ctx, "quantize.cuh", name, &k);
+        if (st != OSCAR_OK) return st;
+        return oscar__launch(ctx, k, OSCAR__CAST(unsigned, (d.head_dim * d.head_dim / 8 + 255) / 256), 256, 0, stream, &p);
+    }
 }
 
 #endif /* OSCAR_QUANTIZE_H_INCLUDED */

@@ -145,6 +145,11 @@ typedef struct qcase {
 
 /* The tile forced on GPU launches (NULL: the heuristic's). */
 static const oscar__quant_tile *g_tile;
+/* GPU launches with prepared rotation images: 0 none, 1 images for the
+   source dtype (checked against the CPU backend's image), 2 foreign images
+   (prepared for the other dtype: every CTA must fall back to the f32 matrix) */
+static int g_prepared;
+static const void **g_kprep, **g_vprep; /* the images of a GPU run, [layers] (NULL entries: none) */
 
 typedef struct qdata {
     size_t code_bytes, scale_bytes, src_elems;
@@ -335,6 +340,8 @@ static oscar_status run_quantize(oscar_ctx *ctx, const qcase *qc, oscar_quantize
     d.k_clip_ratio = qc->k_ratio;
     d.v_clip_ratio = qc->v_ratio;
     d.mode = qc->mode;
+    if (ctx->backend == OSCAR_BACKEND_CUDA && g_prepared)
+        d.k_rotation_prepared = g_kprep, d.v_rotation_prepared = g_vprep;
     return oscar__quantize_kv_tiled(ctx, &d, NULL, ctx->backend == OSCAR_BACKEND_CUDA ? g_tile : NULL);
 }
 
@@ -356,12 +363,40 @@ static double gpu_vs_cpu(oscar_ctx *gpu, oscar_ctx *cpu, tu_rng *r, const qcase 
     double worst = 0;
     int l;
     qdata_make(r, qc, &q, cpu);
+    g_kprep = xcalloc(sizeof(void *) * (size_t)qc->layers), g_vprep = xcalloc(sizeof(void *) * (size_t)qc->layers);
     for (l = 0; l < qc->layers; l++) {
         hl[l].src_k = q.src_k[l], hl[l].src_v = q.src_v[l];
         hl[l].k_rotation = q.rk[l], hl[l].v_rotation = q.rv[l];
         dl[l].src_k = tu_dev_upload(q.src_k[l], q.src_elems * 2), dl[l].src_v = tu_dev_upload(q.src_v[l], q.src_elems * 2);
         dl[l].k_rotation = q.rk[l] ? tu_dev_upload(q.rk[l], sizeof(float) * (size_t)qc->D * qc->D) : NULL;
         dl[l].v_rotation = q.rv[l] ? tu_dev_upload(q.rv[l], sizeof(float) * (size_t)qc->D * qc->D) : NULL;
+        if (g_prepared) {
+            int kv;
+            for (kv = 0; kv < 2; kv++) {
+                const float *hr = kv ? q.rv[l] : q.rk[l], *dr = kv ? dl[l].v_rotation : dl[l].k_rotation;
+                oscar_rotation_prepare_desc pd = {0};
+                const size_t nb = oscar_rotation_prepared_bytes(qc->D);
+                void *img;
+                if (!hr) continue;
+                img = tu_dev_alloc(nb);
+                pd.head_dim = qc->D, pd.rotation = dr, pd.out = img, pd.out_bytes = nb;
+                pd.src_dtype = g_prepared == 1 ? qc->src_dtype
+                               : qc->src_dtype == OSCAR_DTYPE_F16 ? OSCAR_DTYPE_BF16 : OSCAR_DTYPE_F16;
+                TU_OK(gpu, oscar_prepare_rotation(gpu, &pd, NULL));
+                if (g_prepared == 1) { /* the device image = the CPU backend's */
+                    uint8_t *gi = tu_xmalloc(nb), *ci = tu_xmalloc(nb);
+                    oscar_rotation_prepare_desc cd = pd;
+                    cd.rotation = hr, cd.out = ci;
+                    TU_OK(cpu, oscar_prepare_rotation(cpu, &cd, NULL));
+                    TU_CUDA(cudaDeviceSynchronize());
+                    tu_dev_download(gi, img, nb);
+                    cr_assert(memcmp(gi, ci, nb) == 0, "D=%d: the GPU's prepared image differs from the CPU's", qc->D);
+                    free(gi), free(ci);
+                }
+                if (kv) g_vprep[l] = img;
+                else g_kprep[l] = img;
+            }
+        }
         dl[l].k_codes = tu_dev_upload(q.codes_k[l], q.code_bytes), dl[l].v_codes = tu_dev_upload(q.codes_v[l], q.code_bytes);
         dl[l].k_scales = tu_dev_upload(q.sc_k[l], q.scale_bytes), dl[l].v_scales = tu_dev_upload(q.sc_v[l], q.scale_bytes);
         hl[l].k_codes = q.codes_k[l], hl[l].v_codes = q.codes_v[l];
@@ -410,6 +445,7 @@ static double gpu_vs_cpu(oscar_ctx *gpu, oscar_ctx *cpu, tu_rng *r, const qcase 
             }
         }
         free(gc), free(gs);
+        cudaFree((void *)g_kprep[l]), cudaFree((void *)g_vprep[l]);
         cudaFree((void *)dl[l].src_k), cudaFree((void *)dl[l].src_v), cudaFree((void *)dl[l].k_rotation),
             cudaFree((void *)dl[l].v_rotation), cudaFree(dl[l].k_codes), cudaFree(dl[l].v_codes),
             cudaFree(dl[l].k_scales), cudaFree(dl[l].v_scales);
@@ -420,7 +456,8 @@ static double gpu_vs_cpu(oscar_ctx *gpu, oscar_ctx *cpu, tu_rng *r, const qcase 
        that row's scale a little; more than 1% is allowed in 1 row of 1000 */
     cr_assert(scales_off <= scales_seen / 1000, "%zu of %zu scales differ by more than 1%%", scales_off, scales_seen);
     qdata_free(qc, &q);
-    free(hl), free(dl);
+    free(hl), free(dl), free(g_kprep), free(g_vprep);
+    g_kprep = g_vprep = NULL;
     return (double)diff_codes / (double)(2 * qc->layers * (size_t)qc->T * qc->H * (qc->D / 4));
 }
 
@@ -697,6 +734,123 @@ Test(quantize_gpu, round_trip_error, .timeout = 300) {
     cudaFree(dx), cudaFree(dR), cudaFree(dslots), cudaFree(dk), cudaFree(ds), cudaFree(dout);
     free(x), free(back), free(R), free(slots);
     oscar_shutdown(gpu);
+}
+
+/* Prepared rotation images (oscar_prepare_rotation): codes and scales
+   bit-identical to the CPU reference -- as without them -- for every head dim
+   and source dtype, on the wgmma path (4- and 8-warp tiles, sm_90a) and the
+   mma.sync path (2-warp tiles, head dim 256), dense and gathered; the device
+   image byte-identical to the CPU backend's; and foreign images (prepared for
+   the other dtype) ignored by every CTA, which then stages the f32 matrix. */
+Test(quantize_gpu, prepared_rotation_bit_exact, .timeout = 900) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    static const int dims[] = {64, 128, 256};
+    static const int tiles[][2] = {{0, 0}, {32, 8}, {16, 4}, {16, 2}};
+    int di, dt, ti, prep, runs = 0;
+    for (di = 0; di < 3; di++)
+        for (dt = 0; dt < 2; dt++)
+            for (ti = 0; ti < 4; ti++)
+                for (prep = 1; prep <= 2; prep++) {
+                    qcase qc = {0};
+                    oscar__quant_tile t;
+                    qc.D = dims[di], qc.GS = qc.D, qc.H = 3, qc.layers = 2, qc.page_size = 16, qc.T = 400;
+                    qc.pages = qc.T / 16 + 3;
+                    qc.src_dtype = dt ? OSCAR_DTYPE_F16 : OSCAR_DTYPE_BF16;
+                    qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
+                    qc.rotation = 1, qc.v_absorbed = ti == 2, qc.demotion = ti % 2;
+                    t.rows_per_warp = qc.D == 256 ? 16 : tiles[ti][0], t.warps_per_cta = tiles[ti][1], t.ctas = 0;
+                    if (ti && !oscar__quant_tile_valid(gpu, qc.D, t.rows_per_warp, t.warps_per_cta, 1)) continue;
+                    g_tile = ti ? &t : NULL, g_prepared = prep;
+                    cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0, "D=%d %s tile %s prepared %d", qc.D,
+                                 dt ? "f16" : "bf16", tile_name(), prep);
+                    g_tile = NULL, g_prepared = 0;
+                    runs++;
+                }
+    cr_log_info("quantize: %d runs with prepared rotations bit-identical to the CPU reference", runs);
+    cr_assert(runs >= 24, "runs %d", runs);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
+/* oscar_prepare_rotation on the CPU backend: the image's header and R's
+   values at positions worked out by hand from the two layouts; bad
+   descriptors rejected with the field named, the output untouched. */
+Test(quantize_cpu, prepared_rotation_image_and_validation) {
+    oscar_ctx *ctx = cpu_ctx();
+    enum { D = 128 };
+    static float R[D * D] __attribute__((aligned(16)));
+    const size_t nb = oscar_rotation_prepared_bytes(D);
+    uint8_t *img = tu_xmalloc(nb + 64);
+    oscar_rotation_prepare_desc d = {0};
+    uint32_t hdr[4];
+    uint16_t v;
+    size_t i;
+    int k;
+    cr_assert_eq(nb, 64 + 4 * D * D);
+    cr_assert_eq(oscar_rotation_prepared_bytes(64), 64 + 4 * 64 * 64);
+    cr_assert_eq(oscar_rotation_prepared_bytes(96), 0);
+    for (k = 0; k < D * D; k++) R[k] = (float)k / 7.0f;
+    d.head_dim = D, d.rotation = R, d.out = img, d.out_bytes = nb;
+    TU_OK(ctx, oscar_prepare_rotation(ctx, &d, NULL));
+    memcpy(hdr, img, sizeof hdr);
+    cr_assert(hdr[0] == OSCAR_K_ROT_PREP_MAGIC && hdr[1] == OSCAR_K_ROT_PREP_VERSION && hdr[2] == D &&
+              hdr[3] == OSCAR_K_DTYPE_BF16, "header %08x %u %u %u", hdr[0], hdr[1], hdr[2], hdr[3]);
+    /* wgmma layout: chunk c = 9 of R^T row n = 5 at (9 / 8) 128 128 + 5 128 + ((9 % 8) ^ (5 % 8)) 16 = 17088; value
+       e = 3 of it is R[8 9 + 3][5] */
+    memcpy(&v, img + 64 + 17088 + 2 * 3, 2);
+    cr_assert_eq(v, oscar__f32_to_bf16(R[75 * D + 5]));
+    /* mma.sync layout: chunk c = 2 of R row 6 at 6 256 + (2 ^ rowswz(6)) 16, rowswz(6) at D 128 = (6 & 1) | (6 & 2) << 1
+       | (6 & 4) >> 1 = 6, so 1536 + 4 16 = 1600; value e = 1 is R[6][17] */
+    memcpy(&v, img + 64 + 2 * D * D + 1600 + 2 * 1, 2);
+    cr_assert_eq(v, oscar__f32_to_bf16(R[6 * D + 17]));
+    /* f16 rounds to f16 */
+    d.src_dtype = OSCAR_DTYPE_F16;
+    TU_OK(ctx, oscar_prepare_rotation(ctx, &d, NULL));
+    memcpy(&v, img + 64 + 17088 + 2 * 3, 2);
+    cr_assert_eq(v, oscar__f32_to_f16(R[75 * D + 5]));
+    /* bad descriptors: named, nothing written */
+    memset(img, 0x5A, nb + 64);
+    d.head_dim = 96, d.out_bytes = 10, d.rotation = NULL;
+    cr_assert_eq(oscar_prepare_rotation(ctx, &d, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(ctx), "desc.head_dim = 96") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "desc.rotation = NULL") != NULL, "%s", oscar_last_error(ctx));
+    d.head_dim = D, d.rotation = R, d.out = img + 8, d.out_bytes = nb - 1;
+    cr_assert_eq(oscar_prepare_rotation(ctx, &d, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(ctx), "expected 16-byte aligned") != NULL, "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "desc.out_bytes") != NULL, "%s", oscar_last_error(ctx));
+    for (i = 0; i < nb + 64; i++) cr_assert_eq(img[i], 0x5A);
+    free(img);
+    oscar_shutdown(ctx);
+}
+
+/* A prepared image needs its f32 matrix and 16-byte alignment; the CPU
+   backend (which stages nothing) ignores it. */
+Test(quantize_cpu, prepared_rotation_desc_rules) {
+    oscar_ctx *ctx = cpu_ctx();
+    uint8_t codes[4096] __attribute__((aligned(16))), scales[1024] __attribute__((aligned(16)));
+    uint16_t src[128 * 4] __attribute__((aligned(16)));
+    static uint8_t image[64 + 4 * 128 * 128] __attribute__((aligned(16)));
+    int32_t slot = 0;
+    oscar_int2_pool_desc pool = {0};
+    oscar_quantize_desc d = {0};
+    size_t i;
+    memset(codes, 0x5A, sizeof codes), memset(scales, 0x5A, sizeof scales), memset(src, 0, sizeof src);
+    pool.head_dim = 128, pool.num_kv_heads = 1, pool.num_pages = 8, pool.group_size = 128;
+    pool.k_codes = pool.v_codes = codes, pool.k_scales = pool.v_scales = scales;
+    d.pool = &pool, d.src_k = d.src_v = src, d.num_tokens = 1, d.dst_slots = &slot;
+    {
+        const void *kp[1], *vp[1];
+        kp[0] = image, vp[0] = image + 8;
+        d.k_rotation_prepared = kp, d.v_rotation_prepared = vp;
+        cr_assert_eq(oscar_quantize_kv(ctx, &d, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+    }
+    cr_assert(strstr(oscar_last_error(ctx), "desc.k_rotation_prepared[0]") != NULL &&
+                  strstr(oscar_last_error(ctx), "without layer 0's k_rotation") != NULL,
+              "%s", oscar_last_error(ctx));
+    cr_assert(strstr(oscar_last_error(ctx), "expected 16-byte aligned") != NULL, "%s", oscar_last_error(ctx));
+    for (i = 0; i < sizeof codes; i++) cr_assert_eq(codes[i], 0x5A);
+    oscar_shutdown(ctx);
 }
 
 Test(quantize_cpu, validation_touches_nothing) {
