@@ -425,6 +425,42 @@ __device__ __forceinline__ u32 q_threshold(const q_formula &f, float level, floa
     return t | (t << 16);
 }
 
+/* s19: a group's three uniform thresholds. Each level's direct candidate and
+   the two evaluations that confirm it (q_threshold's common case) are
+   independent of the other levels', so they run as three interleaved chains
+   instead of one after another: a small demotion's launch ends with the warp
+   whose row is clipped at one end only (no table), and these chains were
+   most of its time. A level they do not settle takes q_threshold's search. */
+template <int DT>
+__device__ __forceinline__ void q_uniform_thresholds(const q_formula &f, float scale, float zero, float mn, u32 olo, u32 ohi,
+                                                     u32 &t0, u32 &t1, u32 &t2) {
+    using S = qsimd<DT>;
+    auto reaches = [&](u32 o, float level) { return f.eval(to_f32<DT>(static_cast<u16>(q_unord(o)))) >= level; };
+    u32 b[3];
+    bool ok[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        const u32 cand = q_direct_candidate<DT>(scale, zero, k + 1);
+        const float level = static_cast<float>(k + 1);
+        u32 o = cand != Q_NO_CAND ? cand : q_ord(from_f32(__fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn), DT));
+        o = min(max(o, olo), ohi);
+        const bool r0 = (o > olo) & reaches(o > olo ? o - 1u : o, level);
+        ok[k] = !r0 && reaches(o, level);
+        const u32 t = o == olo ? S::NEG_INF : q_unord(o);
+        b[k] = t | (t << 16);
+    }
+    t0 = b[0], t1 = b[1], t2 = b[2];
+    if (ok[0] && ok[1] && ok[2]) return;
+#pragma unroll 1
+    for (int k = 0; k < 3; k++) {
+        const bool okk = k == 0 ? ok[0] : k == 1 ? ok[1] : ok[2];
+        if (okk) continue;
+        const u32 t = q_threshold<DT>(f, static_cast<float>(k + 1), __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
+                                      q_direct_candidate<DT>(scale, zero, k + 1), olo, ohi);
+        t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
+    }
+}
+
 /* The uniform scale and zero point of a group with min mn and max mx, as the
    reference computes them. */
 __device__ __forceinline__ void q_uniform_scale_zero(float mn, float mx, float &scale, float &zero) {
@@ -1169,16 +1205,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
                 }
                 f.a = scale, f.b = zero, f.inv = __frcp_rn(scale), f.lloyd_max = false;
                 const u32 olo = q_ord(from_f32(mn, SRC_DTYPE)), ohi = q_ord(from_f32(mx, SRC_DTYPE));
-                /* rolled: one copy of the search per group keeps the code small */
-                u32 t0 = 0u, t1 = 0u, t2 = 0u;
-#pragma unroll 1
-                for (int k = 0; k < 3; k++) {
-                    const u32 t = q_threshold<SRC_DTYPE>(f, static_cast<float>(k + 1),
-                                                         __fmaf_rn(static_cast<float>(k) + 0.5f, scale, mn),
-                                                         q_direct_candidate<SRC_DTYPE>(scale, zero, k + 1), olo, ohi);
-                    t0 = k == 0 ? t : t0, t1 = k == 1 ? t : t1, t2 = k == 2 ? t : t2;
-                }
-                thr[lg][0] = t0, thr[lg][1] = t1, thr[lg][2] = t2;
+                q_uniform_thresholds<SRC_DTYPE>(f, scale, zero, mn, olo, ohi, thr[lg][0], thr[lg][1], thr[lg][2]);
             }
         }
 
