@@ -327,29 +327,28 @@ int main(int argc, char **argv) {
             bu_report_row(&rep, md, js);
             {
                 /* the same with rk's prepared image in every layer */
-                double p_us, p_spread, p_g_us;
+                double p_us, p_spread, p_g_us, p_tbps;
                 const void *kprep[LAYERS];
                 for (l = 0; l < LAYERS; l++) kprep[l] = rk_img;
                 d.k_rotation_prepared = kprep;
                 p_us = bu_time_us(q_fn, &a, 5, 100, &p_spread);
                 p_g_us = bu_time_graph_us(q_fn, &a, 1, 5, 100, NULL);
                 d.k_rotation_prepared = NULL;
+                p_tbps = bytes / (p_us * 1e-6) / 1e12;
                 printf("demotion %3d requests, prepared rotations: %7.2f us (spread %.2f), graph replay %7.2f us (%.2f beyond "
                        "the graph launch floor, %.2f beyond an empty launch)\n",
                        requests[ri], p_us, p_spread, p_g_us, p_g_us - floor_graph_us, p_g_us - empty_graph_us);
                 snprintf(md, sizeof md,
                          "| demotion, prepared rotation | %d req x 8 tok x %d layers x %d heads | %.2f (graph %.2f) | %.2f | %.0f | "
                          "%.3f | %.1f%% |",
-                         requests[ri], LAYERS, H, p_us, p_g_us, p_spread, bytes, bytes / (p_us * 1e-6) / 1e12,
-                         100 * bytes / (p_us * 1e-6) / 1e12 / rep.copy_tbps);
+                         requests[ri], LAYERS, H, p_us, p_g_us, p_spread, bytes, p_tbps, 100 * p_tbps / rep.copy_tbps);
                 snprintf(js, sizeof js,
                          "{\"case\": \"demotion_prepared\", \"requests\": %d, \"tokens_per_request\": 8, \"layers\": %d, "
                          "\"kv_heads\": %d, \"head_dim\": %d, \"time_us\": %.3f, \"spread_us\": %.3f, \"graph_time_us\": %.3f, "
                          "\"graph_beyond_graph_launch_floor_us\": %.3f, \"graph_beyond_empty_launch_us\": %.3f, "
                          "\"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f}",
                          requests[ri], LAYERS, H, D, p_us, p_spread, p_g_us, p_g_us - floor_graph_us, p_g_us - empty_graph_us,
-                         bytes, bytes / (p_us * 1e-6) / 1e12,
-                         bytes / (p_us * 1e-6) / 1e12 / rep.copy_tbps);
+                         bytes, p_tbps, p_tbps / rep.copy_tbps);
                 bu_report_row(&rep, md, js);
             }
             if (tiles) {

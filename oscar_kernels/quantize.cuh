@@ -197,6 +197,13 @@ template <int D>
 __device__ __forceinline__ u32 qswz(int row, int chunk) {
     return static_cast<u32>(row * (D * 2)) + ((static_cast<u32>(chunk) ^ q_rowswz<D>(row)) << 4);
 }
+/* The wgmma path's 16-bit R in shared memory: R^T, K-major, 128-byte
+   swizzle -- chunk c (R[8c..8c+7][n]) of row n at this byte offset. The
+   kernel's f32 staging and rotation_prepare_kernel's image both use it. */
+template <int D>
+__device__ __forceinline__ int q_rwg_off(int c, int n) {
+    return (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4);
+}
 
 /* ---- 16-bit SIMD on pairs of source values -------------------------------- */
 template <int DT>
@@ -820,9 +827,9 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        is used, so their latencies overlap (a demotion launch is mostly this) */
     if constexpr (WG) {
       if (rot && !prep_ok) {
-        /* WG: R transposed (K-major B): chunk c of row n = R[8c..8c+7][n], at
-           (c / 8) * D * 128 + n * 128 + ((c % 8) ^ (n % 8)) * 16; a warp's 32
-           loads of one R row are consecutive columns (coalesced) */
+        /* WG: R transposed (K-major B), chunk c of row n = R[8c..8c+7][n] at
+           q_rwg_off(c, n); a warp's 32 loads of one R row are consecutive
+           columns (coalesced) */
         const float *R = reinterpret_cast<const float *>(rot);
         constexpr int ITEMS = D * CHUNKS, PER = 4;
         for (int base = threadIdx.x; base < ITEMS; base += PER * WARPS * 32) {
@@ -838,7 +845,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             for (int u = 0; u < PER; u++) {
                 const int i = base + u * WARPS * 32, n = i % D, c = i / D;
                 if (i < ITEMS)
-                    *reinterpret_cast<uint4 *>(rsm + (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4)) =
+                    *reinterpret_cast<uint4 *>(rsm + q_rwg_off<D>(c, n)) =
                         make_uint4(S::pack_rn(v[u][1], v[u][0]), S::pack_rn(v[u][3], v[u][2]),
                                    S::pack_rn(v[u][5], v[u][4]), S::pack_rn(v[u][7], v[u][6]));
             }
@@ -1252,10 +1259,9 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 
 /* oscar_prepare_rotation's image of R for quantize_kernel<HEAD_DIM, ..,
    SRC_DTYPE, ..>: the header, then R rounded to SRC_DTYPE (the same rounding
-   as the kernel's staging) in the wgmma path's layout (R^T K-major, 128-byte
-   swizzle: chunk c of row n = R[8c..8c+7][n]) and in the mma.sync path's
-   (qswz: chunk c of row k = R[k][8c..8c+7]), each exactly the bytes the
-   kernel's f32 staging writes to its shared memory. One thread per chunk. */
+   as the kernel's staging) in the wgmma path's layout (q_rwg_off) and in
+   the mma.sync path's (qswz), each exactly the bytes the kernel's f32
+   staging writes to its shared memory. One thread per chunk. */
 template <int HEAD_DIM, int SRC_DTYPE>
 __global__ void __launch_bounds__(256) rotation_prepare_kernel(const __grid_constant__ oscar_rotation_prepare_params p) {
     using namespace detail;
@@ -1276,7 +1282,7 @@ __global__ void __launch_bounds__(256) rotation_prepare_kernel(const __grid_cons
         float v[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) v[e] = R[static_cast<i64>(c * 8 + e) * D + n];
-        *reinterpret_cast<uint4 *>(wg + (c >> 3) * (D * 128) + n * 128 + (((c & 7) ^ (n & 7)) << 4)) =
+        *reinterpret_cast<uint4 *>(wg + q_rwg_off<D>(c, n)) =
             make_uint4(S::pack_rn(v[1], v[0]), S::pack_rn(v[3], v[2]), S::pack_rn(v[5], v[4]), S::pack_rn(v[7], v[6]));
     }
     {

@@ -22,9 +22,7 @@
 #include "oscar.h"
 #include "test_util.h"
 
-static uint32_t t_ord(uint32_t p) { return p ^ ((p & 0x8000u) ? 0xffffu : 0x8000u); }
-static uint32_t t_unord(uint32_t o) { return o ^ ((o & 0x8000u) ? 0x8000u : 0xffffu); }
-static float t_val(uint32_t o, int dt) { return oscar__to_f32((uint16_t)t_unord(o), dt); }
+static float t_val(uint32_t o, int dt) { return oscar__to_f32((uint16_t)oscar__cpu_unord16(o), dt); }
 static uint32_t t_fbits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -84,7 +82,7 @@ static int direct_candidate(float scale, float zero, int k, int dt, uint32_t *ca
     strict = (t_fbits(qs) & 1u) != 0u;
     P32 = (float)P; /* rounded up: */
     if ((double)P32 < P) P32 = nextafterf(P32, INFINITY);
-    c = t_ord(oscar__from_f32(P32, dt));
+    c = oscar__cpu_ord16(oscar__from_f32(P32, dt));
     if (t_val(c, dt) < P32) c++;
     if (strict && (double)t_val(c, dt) == P) c++;
     *cand = c;
@@ -110,12 +108,12 @@ static void check_one(tally *t, float scale, float zero, int k, int dt, uint32_t
     } else {
         if (t->wrong < 10)
             fprintf(stderr, "%s: scale %a zero %a k %d dt %d: candidate %04x, reference %04x\n", what, (double)scale,
-                    (double)zero, k, dt, t_unord(c), t_unord(ref));
+                    (double)zero, k, dt, oscar__cpu_unord16(c), oscar__cpu_unord16(ref));
         t->wrong++;
     }
 }
-static uint32_t lo_finite(int dt) { return t_ord(dt == OSCAR_K_DTYPE_F16 ? 0xFBFFu : 0xFF7Fu); }
-static uint32_t hi_finite(int dt) { return t_ord(dt == OSCAR_K_DTYPE_F16 ? 0x7BFFu : 0x7F7Fu); }
+static uint32_t lo_finite(int dt) { return oscar__cpu_ord16(dt == OSCAR_K_DTYPE_F16 ? 0xFBFFu : 0xFF7Fu); }
+static uint32_t hi_finite(int dt) { return oscar__cpu_ord16(dt == OSCAR_K_DTYPE_F16 ? 0x7BFFu : 0x7F7Fu); }
 
 /* a group with min mn and max mx (values of the dtype): the reference's
    scale and zero, thresholds over the group's range and over all finite values */
@@ -124,7 +122,8 @@ static void check_group(tally *t, float mn, float mx, int dt, const char *what) 
     int k;
     if (!isfinite(zero) || !isfinite(scale)) return;
     for (k = 1; k <= 3; k++) {
-        check_one(t, scale, zero, k, dt, t_ord(oscar__from_f32(mn, dt)), t_ord(oscar__from_f32(mx, dt)), what);
+        check_one(t, scale, zero, k, dt, oscar__cpu_ord16(oscar__from_f32(mn, dt)), oscar__cpu_ord16(oscar__from_f32(mx, dt)),
+                  what);
         check_one(t, scale, zero, k, dt, lo_finite(dt), hi_finite(dt), what);
     }
 }
@@ -178,7 +177,7 @@ Test(quantize_thresh, random_groups) {
             if (mode == 0) { /* anything */
                 a = oscar__to_f32(rnd_val(dtype), dtype), b = oscar__to_f32(rnd_val(dtype), dtype);
             } else if (mode == 1) { /* a few ulps apart */
-                uint32_t o = t_ord(rnd_val(dtype));
+                uint32_t o = oscar__cpu_ord16(rnd_val(dtype));
                 a = t_val(o, dtype), b = t_val(o + rnd() % 8u, dtype);
                 if (!isfinite(b)) continue;
             } else if (mode == 2) { /* KV-like magnitudes, mixed signs */
@@ -187,9 +186,9 @@ Test(quantize_thresh, random_groups) {
                 if (rnd() & 1u) a = -a;
                 if (rnd() & 3u) b = -b;
             } else { /* near-symmetric: -tau and a value a few ulps off tau */
-                uint32_t o = t_ord(rnd_val(dtype));
+                uint32_t o = oscar__cpu_ord16(rnd_val(dtype));
                 b = fabsf(t_val(o, dtype));
-                a = -t_val(t_ord(oscar__from_f32(b, dtype)) + rnd() % 5u - 2u, dtype);
+                a = -t_val(oscar__cpu_ord16(oscar__from_f32(b, dtype)) + rnd() % 5u - 2u, dtype);
                 if (!isfinite(a)) continue;
             }
             if (a > b) {
@@ -270,7 +269,7 @@ Test(quantize_thresh, exhaustive_scans) {
                 if (direct_candidate(scale, zero, k, dtype, &c)) {
                     c = c < lo ? lo : c > hi + 1u ? hi + 1u : c;
                     cr_assert_eq(c, s, "scale %a zero %a k %d: candidate %04x scan %04x", (double)scale, (double)zero, k,
-                                 t_unord(c), t_unord(s));
+                                 oscar__cpu_unord16(c), oscar__cpu_unord16(s));
                 } else {
                     nocand++;
                 }
@@ -300,11 +299,11 @@ static uint32_t table_shift(uint32_t t, int de) {
 static void clipped_words(uint32_t h, uint32_t w[3]) {
     const int dt = OSCAR_K_DTYPE_BF16;
     const float tau = oscar__to_f32((uint16_t)h, dt), scale = fmaxf(tau - -tau, 1e-8f) / 3.0f, zero = -(-tau) / scale;
-    const uint32_t lo = t_ord(h | 0x8000u), hi = t_ord(h);
+    const uint32_t lo = oscar__cpu_ord16(h | 0x8000u), hi = oscar__cpu_ord16(h);
     int k;
     for (k = 1; k <= 3; k++) {
         const uint32_t b = ref_threshold(scale, zero, k, dt, lo, hi);
-        w[k - 1] = b == lo ? 0xFF80u : b > hi ? 0x7F80u : t_unord(b);
+        w[k - 1] = b == lo ? 0xFF80u : b > hi ? 0x7F80u : oscar__cpu_unord16(b);
     }
 }
 Test(quantize_thresh, clipped_table_scales_with_tau_exponent) {
@@ -373,7 +372,7 @@ Test(quantize_thresh, clip_table_committed_equals_reference) {
         for (m = 0; m < 128; m++) {
             const uint32_t h = (127u << 7) | m;
             const float tau = oscar__bf16_to_f32((uint16_t)h), scale = fmaxf(tau - -tau, 1e-8f) / 3.0f, zero = tau / scale;
-            const uint32_t olo = t_ord(h | 0x8000u), ohi = t_ord(h);
+            const uint32_t olo = oscar__cpu_ord16(h | 0x8000u), ohi = oscar__cpu_ord16(h);
             uint32_t lo[3], hi[3];
             int k;
             clipped_words(((uint32_t)emin << 7) | m, lo);
@@ -381,7 +380,7 @@ Test(quantize_thresh, clip_table_committed_equals_reference) {
             for (k = 1; k <= 3; k++) {
                 int monotone = 1;
                 const uint32_t b = scan_threshold(scale, zero, k, OSCAR_K_DTYPE_BF16, olo, ohi, &monotone);
-                const uint32_t t = b == olo ? (pos_inf | 0x8000u) : b > ohi ? pos_inf : t_unord(b), mag = t & 0x7fffu;
+                const uint32_t t = b == olo ? (pos_inf | 0x8000u) : b > ohi ? pos_inf : oscar__cpu_unord16(b), mag = t & 0x7fffu;
                 const int ok = (mag >= 0x7f80u || mag >= ((127u - 70u) << 7)) &&
                                domain_word(lo[k - 1], pos_inf) == table_shift(t, emin - 127) &&
                                domain_word(hi[k - 1], pos_inf) == table_shift(t, emax - 127);
