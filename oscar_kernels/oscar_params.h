@@ -107,11 +107,12 @@ typedef struct oscar_quantize_params {
     oscar_i32 v_clip_index;
     oscar_i32 lloyd_max;            /* 0: uniform min-max codes; 1: Lloyd-Max codes (G = 1 only) */
     oscar_i32 num_layers;
+    oscar_i32 side_ctas[2];         /* CTAs per layer for K and for V (grid.x = their sum) */
     oscar_quantize_layer layers[OSCAR_K_MAX_QUANT_LAYERS];
 } oscar_quantize_params;
-OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 168 + 80 * OSCAR_K_MAX_QUANT_LAYERS,
+OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 176 + 80 * OSCAR_K_MAX_QUANT_LAYERS,
                            "oscar_quantize_params size");
-OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 168);
+OSCAR_PARAMS_OFFSET_ASSERT(oscar_quantize_params, layers, 176);
 
 /* decode.cuh: one decode step of attention over INT2 history + bf16 windows. */
 /* the most q rows (request, head) one decode_prep_kernel CTA takes: it takes

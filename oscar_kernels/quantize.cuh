@@ -666,7 +666,12 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     extern __shared__ __align__(16) u8 smem_raw[];
     /* wgmma's swizzled tiles need 1024-byte alignment (the host adds 1024) */
     u8 *smem = WG ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
-    const int layer = blockIdx.y, side = blockIdx.z;
+    /* p.side_ctas: K's and V's shares of the resident CTAs, by their cost
+       (oscar__quant_ctas); the grid's x is the larger, the smaller side's
+       extra CTAs leave at once */
+    const int layer = blockIdx.y, side = blockIdx.z, cta = blockIdx.x;
+    const int side_ctas = side ? p.side_ctas[1] : p.side_ctas[0]; /* two constant operands, no indexed load */
+    if (cta >= side_ctas) return;
     const oscar_quantize_layer &L = p.layers[layer];
     const u64 rot = side ? L.rot_v : L.rot_k;
     const u16 *src = reinterpret_cast<const u16 *>(side ? L.src_v : L.src_k);
@@ -700,7 +705,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 
     const i64 rows = p.num_tokens * H;
     const i64 steps = (rows + ROWS - 1) / ROWS;
-    const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
+    const i64 stride = static_cast<i64>(side_ctas) * WARPS;
     const i64 num_slots = static_cast<i64>(p.pool.num_pages) * p.pool.page_size;
     const int slot_bytes = p.slot_dtype == OSCAR_K_DTYPE_I64 ? 8 : 4;
 
@@ -807,7 +812,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         for (int i = threadIdx.x; i < BYTES / 16; i += WARPS * 32) cp_async16(smem_addr(rsm) + 16 * i, half + 16 * i, 16);
     }
 
-    i64 step = static_cast<i64>(blockIdx.x) * WARPS + warp;
+    i64 step = static_cast<i64>(cta) * WARPS + warp;
     fetch_slots(step, 0);
     fetch_slots(step + stride, 1);
     cp_async_commit();

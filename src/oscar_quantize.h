@@ -64,19 +64,45 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
     return t;
 }
 
-/* CTAs per (layer, K|V): enough for the device's resident CTAs over the
-   whole launch (registers: 128 per thread, 16 warps per SM; shared memory),
-   never more than the steps need. */
-OSCAR__PRIVATE int64_t oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
-                                         int32_t layer_sides, int with_rotation) {
+/* CTAs per layer for K (ctas[0]) and for V (ctas[1]). All the CTAs the
+   device holds at once (registers: 128 per thread, 16 warps per SM; shared
+   memory) are shared out among the layers, and a layer's share between K and
+   V by their cost per step: a rotated side costs about 4/3 of an unrotated
+   one (H200, session 20: rotate + clip prefill 359 us with both sides
+   rotated, ~278 with neither). The split taken is the one whose slower side
+   finishes first (steps per warp x cost; ties: the split closest to the cost
+   ratio), never more CTAs than the steps need. The grid is max(ck, cv) x
+   layers x 2 (K, V); the smaller side's extra CTAs leave at once. The block
+   scheduler hands out every K CTA (z = 0) before the V CTAs, so most SMs
+   hold one K and one V CTA: measured faster than a grid of ck + cv K-then-V
+   CTAs per layer (256-request demotion 189 against 198 us), which pairs K
+   with K on many SMs. Before session 20 each side took floor(resident / (2 x
+   layers)) CTAs: at 36 layers 216 of the H200's 264 two-CTA slots, and with V
+   unrotated (V absorbed, as in production) the V CTAs sat idle while the K
+   CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
+   189, the V-absorbed prefill 358 -> 318 (same call, graph replay). */
+OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
+                                      int32_t num_layers, int rot_k, int rot_v, int32_t ctas[2]) {
+    const int64_t W = t->warps_per_cta, cost_k = rot_k ? 4 : 3, cost_v = rot_v ? 4 : 3;
     int64_t steps = (rows_per_side + t->rows_per_warp - 1) / t->rows_per_warp;
-    int64_t need = (steps + t->warps_per_cta - 1) / t->warps_per_cta, per_sm, smem, ctas;
-    if (t->ctas > 0) return OSCAR__MIN(OSCAR__CAST(int64_t, t->ctas), OSCAR__MAX(need, 1));
-    smem = oscar__quant_smem_bytes(head_dim, t->rows_per_warp, t->warps_per_cta, with_rotation) + 1024;
+    int64_t need = OSCAR__MAX((steps + W - 1) / W, 1), per_sm, smem, per_layer, ck, best = -1, best_skew = 0;
+    ctas[0] = ctas[1] = 1;
+    if (t->ctas > 0) {
+        ctas[0] = ctas[1] = OSCAR__CAST(int32_t, OSCAR__MIN(OSCAR__CAST(int64_t, t->ctas), need));
+        return;
+    }
+    smem = oscar__quant_smem_bytes(head_dim, t->rows_per_warp, t->warps_per_cta, rot_k || rot_v) + 1024;
     per_sm = head_dim == 256 ? 1 : OSCAR__MAX(1, 16 / t->warps_per_cta);
     per_sm = OSCAR__MIN(per_sm, OSCAR__MAX(1, (OSCAR__CAST(int64_t, ctx->max_smem_optin) + 1024) / smem));
-    ctas = OSCAR__MAX(1, per_sm * OSCAR__MAX(ctx->num_sms, 1) / layer_sides);
-    return OSCAR__MAX(1, OSCAR__MIN(ctas, need));
+    per_layer = OSCAR__MAX(2, per_sm * OSCAR__MAX(ctx->num_sms, 1) / OSCAR__MAX(num_layers, 1));
+    for (ck = 1; ck < per_layer; ck++) {
+        const int64_t a = OSCAR__MIN(ck, need), b = OSCAR__MIN(per_layer - ck, need);
+        const int64_t tk = (steps + W * a - 1) / (W * a) * cost_k, tv = (steps + W * b - 1) / (W * b) * cost_v;
+        const int64_t tm = OSCAR__MAX(tk, tv), skew = a * cost_v - b * cost_k; /* 0: a / b = cost_k / cost_v */
+        const int64_t askew = skew < 0 ? -skew : skew;
+        if (best < 0 || tm < best || (tm == best && askew < best_skew))
+            best = tm, best_skew = askew, ctas[0] = OSCAR__CAST(int32_t, a), ctas[1] = OSCAR__CAST(int32_t, b);
+    }
 }
 
 /* oscar_quantize_kv with an explicit tile (force != NULL: the tests and the
@@ -233,7 +259,7 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
         } else {
             char name[192];
             oscar__kernel *k;
-            int64_t rows = d.num_tokens * H, ctas;
+            int64_t rows = d.num_tokens * H;
             oscar__quant_tile t;
             if (force) {
                 t = *force;
@@ -246,11 +272,11 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
                 oscar__tune_quant_apply(ctx, key, rot_here, &t.rows_per_warp, &t.warps_per_cta);
             }
             oscar__tune_last_quant[0] = t.rows_per_warp, oscar__tune_last_quant[1] = t.warps_per_cta;
-            ctas = oscar__quant_ctas(ctx, D, &t, rows, 2 * n, rot_here);
+            oscar__quant_ctas(ctx, D, &t, rows, n, rot_k, rot_v, p->side_ctas);
             oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype, t.rows_per_warp, t.warps_per_cta);
             st = oscar__jit_get(ctx, "quantize.cuh", name, &k);
             if (st != OSCAR_OK) break;
-            st = oscar__launch3(ctx, k, OSCAR__CAST(unsigned, ctas), OSCAR__CAST(unsigned, n), 2,
+            st = oscar__launch3(ctx, k, OSCAR__CAST(unsigned, OSCAR__MAX(p->side_ctas[0], p->side_ctas[1])), OSCAR__CAST(unsigned, n), 2,
                                 OSCAR__CAST(unsigned, 32 * t.warps_per_cta),
                                 OSCAR__CAST(unsigned, oscar__quant_smem_bytes(D, t.rows_per_warp, t.warps_per_cta, rot_here)),
                                 stream, p);

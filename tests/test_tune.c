@@ -891,6 +891,62 @@ Test(tune, quantize_heuristic_tiers) {
     oscar_shutdown(ctx);
 }
 
+/* The quantize grid (oscar__quant_ctas) on a 132-SM device with the H200's
+   shared memory: all the resident CTAs shared by the layers, a layer's share
+   split between K and V by cost (rotated 4, unrotated 3), never more CTAs
+   than the steps need, and a forced count taken as it is. */
+Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
+    static const struct {
+        int64_t rows; /* per side and layer */
+        int32_t layers, rows_per_warp, warps, rot_k, rot_v, ck, cv;
+    } want[] = {
+        /* 32 requests x 8 tokens x 8 heads, 36 layers, V absorbed: 4 + 3 (K 2 steps per warp, V 3); was 3 + 3 (3 and 3) */
+        {2048, 36, 32, 8, 1, 0, 4, 3},
+        /* both rotated: 7 slots per layer; 3 + 4 and 4 + 3 tie (one side takes 3 steps either way): the first */
+        {2048, 36, 32, 8, 1, 1, 3, 4},
+        /* 256 requests, V absorbed: K 16 steps (x 4), V 22 (x 3) */
+        {16384, 36, 32, 8, 1, 0, 4, 3},
+        /* the 128K-token prefill, one layer, V absorbed: 152 + 112 of the 264 slots; both rotated 132 + 132 */
+        {1048576, 1, 32, 8, 1, 0, 152, 112},
+        {1048576, 1, 32, 8, 1, 1, 132, 132},
+        {1048576, 1, 32, 8, 0, 0, 132, 132},
+        /* 1 request: one CTA each holds all of a side's 4 steps */
+        {64, 36, 16, 4, 1, 0, 1, 1},
+    };
+    oscar_ctx *ctx = compile_only_ctx(NULL);
+    int32_t sms = ctx->num_sms, smem = ctx->max_smem_optin, c[2];
+    size_t i;
+    oscar__quant_tile t;
+    ctx->num_sms = 132, ctx->max_smem_optin = 227 * 1024;
+    for (i = 0; i < sizeof want / sizeof want[0]; i++) {
+        t.rows_per_warp = want[i].rows_per_warp, t.warps_per_cta = want[i].warps, t.ctas = 0;
+        oscar__quant_ctas(ctx, 128, &t, want[i].rows, want[i].layers, want[i].rot_k, want[i].rot_v, c);
+        cr_assert(c[0] == want[i].ck && c[1] == want[i].cv, "case %zu: %d + %d CTAs, want %d + %d", i, c[0], c[1], want[i].ck,
+                  want[i].cv);
+    }
+    /* never more than the resident CTAs (264 two-CTA slots), never more than a side's steps need */
+    {
+        int64_t rows;
+        int32_t layers;
+        for (layers = 1; layers <= 48; layers += 7)
+            for (rows = 8; rows <= (1 << 22); rows *= 3) {
+                const int64_t steps = (rows + 31) / 32, need = (steps + 7) / 8;
+                t.rows_per_warp = 32, t.warps_per_cta = 8, t.ctas = 0;
+                oscar__quant_ctas(ctx, 128, &t, rows, layers, 1, 0, c);
+                cr_assert(c[0] >= 1 && c[1] >= 1 && c[0] <= need && c[1] <= need, "%lld rows: %d + %d, need %lld",
+                          (long long)rows, c[0], c[1], (long long)need);
+                cr_assert((int64_t)(c[0] + c[1]) * layers <= (layers <= 132 ? 264 : 2 * layers), "%d layers: %d + %d", layers, c[0],
+                          c[1]);
+            }
+    }
+    /* a forced count (the tests' t.ctas = 1) is taken for both sides */
+    t.rows_per_warp = 32, t.warps_per_cta = 8, t.ctas = 1;
+    oscar__quant_ctas(ctx, 128, &t, 1048576, 1, 1, 0, c);
+    cr_assert(c[0] == 1 && c[1] == 1);
+    ctx->num_sms = sms, ctx->max_smem_optin = smem;
+    oscar_shutdown(ctx);
+}
+
 Test(tune, quantize_takes_the_table_and_falls_back_to_the_heuristic) {
     char path[600], text[4096];
     oscar_ctx *ctx, *bare;
