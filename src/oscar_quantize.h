@@ -71,7 +71,7 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
    one (H200, session 20: rotate + clip prefill 359 us with both sides
    rotated, ~278 with neither). The split taken is the one whose slower side
    finishes first (steps per warp x cost; ties: the split closest to the cost
-   ratio), never more CTAs than the steps need. The grid is max(ck, cv) x
+   ratio; V takes what K leaves), never more CTAs than the steps need. The grid is max(ck, cv) x
    layers x 2 (K, V); the smaller side's extra CTAs leave at once. The block
    scheduler hands out every K CTA (z = 0) before the V CTAs, so most SMs
    hold one K and one V CTA: measured faster than a grid of ck + cv K-then-V
@@ -81,12 +81,18 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
    unrotated (V absorbed, as in production) the V CTAs sat idle while the K
    CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
    189, the V-absorbed prefill 358 -> 318 (same call, graph replay). */
+/* the fewest CTAs of W warps whose warps take at most time / cost steps each
+   of `steps` (0: no count does) */
+OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t cost, int64_t time) {
+    const int64_t q = time / cost;
+    return q < 1 ? 0 : OSCAR__MAX(1, (steps + W * q - 1) / (W * q));
+}
 OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
                                       int32_t num_layers, int rot_k, int rot_v, int32_t ctas[2]) {
     const int64_t W = t->warps_per_cta, cost_k = rot_k ? 4 : 3, cost_v = rot_v ? 4 : 3;
-    int64_t steps = (rows_per_side + t->rows_per_warp - 1) / t->rows_per_warp;
-    int64_t need = OSCAR__MAX((steps + W - 1) / W, 1), per_sm, smem, per_layer, ck, best = -1, best_skew = 0;
-    ctas[0] = ctas[1] = 1;
+    const int64_t steps = OSCAR__MAX((rows_per_side + t->rows_per_warp - 1) / t->rows_per_warp, 1), need = (steps + W - 1) / W;
+    int64_t per_sm, smem, P, lo, hi, ak, av, top, best_a = 1, best_f = -1;
+    int i;
     if (t->ctas > 0) {
         ctas[0] = ctas[1] = OSCAR__CAST(int32_t, OSCAR__MIN(OSCAR__CAST(int64_t, t->ctas), need));
         return;
@@ -94,15 +100,32 @@ OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const 
     smem = oscar__quant_smem_bytes(head_dim, t->rows_per_warp, t->warps_per_cta, rot_k || rot_v) + 1024;
     per_sm = head_dim == 256 ? 1 : OSCAR__MAX(1, 16 / t->warps_per_cta);
     per_sm = OSCAR__MIN(per_sm, OSCAR__MAX(1, (OSCAR__CAST(int64_t, ctx->max_smem_optin) + 1024) / smem));
-    per_layer = OSCAR__MAX(2, per_sm * OSCAR__MAX(ctx->num_sms, 1) / OSCAR__MAX(num_layers, 1));
-    for (ck = 1; ck < per_layer; ck++) {
-        const int64_t a = OSCAR__MIN(ck, need), b = OSCAR__MIN(per_layer - ck, need);
-        const int64_t tk = (steps + W * a - 1) / (W * a) * cost_k, tv = (steps + W * b - 1) / (W * b) * cost_v;
-        const int64_t tm = OSCAR__MAX(tk, tv), skew = a * cost_v - b * cost_k; /* 0: a / b = cost_k / cost_v */
-        const int64_t askew = skew < 0 ? -skew : skew;
-        if (best < 0 || tm < best || (tm == best && askew < best_skew))
-            best = tm, best_skew = askew, ctas[0] = OSCAR__CAST(int32_t, a), ctas[1] = OSCAR__CAST(int32_t, b);
+    P = OSCAR__MAX(2, per_sm * OSCAR__MAX(ctx->num_sms, 1) / OSCAR__MAX(num_layers, 1)); /* CTAs per layer */
+    /* the least time (steps per warp x cost) that both sides meet with P CTAs
+       between them, by bisection (one CTA each meets need x cost) -- a scan of
+       every split took 1-2.5 us of host time per single-layer launch */
+    lo = 1, hi = need * OSCAR__MAX(cost_k, cost_v);
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        ak = oscar__quant_min_ctas(steps, W, cost_k, mid), av = oscar__quant_min_ctas(steps, W, cost_v, mid);
+        if (ak && av && ak + av <= P) hi = mid;
+        else lo = mid + 1;
     }
+    ak = oscar__quant_min_ctas(steps, W, cost_k, lo), av = oscar__quant_min_ctas(steps, W, cost_v, lo);
+    /* K may take [ak, top] CTAs, V the rest (up to need); the count nearest the
+       cost ratio (ak x cost_v = av x cost_k), which lies near P cost_k / (cost_k
+       + cost_v) while V can use what K leaves, else near need cost_k / cost_v */
+    top = OSCAR__MIN(need, P - av);
+    {
+        const int64_t cand[4] = {P * cost_k / (cost_k + cost_v), P * cost_k / (cost_k + cost_v) + 1, need * cost_k / cost_v,
+                                 need * cost_k / cost_v + 1};
+        for (i = 0; i < 4; i++) {
+            const int64_t a = OSCAR__MIN(OSCAR__MAX(cand[i], ak), top), b = OSCAR__MIN(P - a, need);
+            const int64_t f = a * cost_v - b * cost_k, af = f < 0 ? -f : f;
+            if (best_f < 0 || af < best_f || (af == best_f && a < best_a)) best_f = af, best_a = a;
+        }
+    }
+    ctas[0] = OSCAR__CAST(int32_t, best_a), ctas[1] = OSCAR__CAST(int32_t, OSCAR__MIN(P - best_a, need));
 }
 
 /* oscar_quantize_kv with an explicit tile (force != NULL: the tests and the

@@ -939,6 +939,38 @@ Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
                           c[1]);
             }
     }
+    /* the split's time (steps per warp x cost of its slower side) is the least of every split of the layer's CTAs,
+       against an exhaustive scan, over layers, rows, rotations and both tile widths */
+    {
+        static const int32_t tiles[2][2] = {{32, 8}, {16, 4}};
+        int64_t rows;
+        int32_t layers, ti, rk, rv, cases = 0;
+        for (ti = 0; ti < 2; ti++)
+            for (layers = 1; layers <= 60; layers += 3)
+                for (rows = 1; rows <= (1 << 22); rows = rows * 3 / 2 + 1)
+                    for (rk = 0; rk <= 1; rk++)
+                        for (rv = 0; rv <= 1; rv++) {
+                            const int64_t R = tiles[ti][0], W = tiles[ti][1], cost[2] = {rk ? 4 : 3, rv ? 4 : 3};
+                            const int64_t steps = (rows + R - 1) / R, need = (steps + W - 1) / W;
+                            const int64_t smem = oscar__quant_smem_bytes(128, (int)R, (int)W, rk || rv) + 1024;
+                            const int64_t per_sm = OSCAR__MIN(16 / W, (int64_t)(ctx->max_smem_optin + 1024) / smem);
+                            const int64_t P = OSCAR__MAX(2, per_sm * 132 / layers);
+                            int64_t best = -1, got, a;
+                            t.rows_per_warp = (int32_t)R, t.warps_per_cta = (int32_t)W, t.ctas = 0;
+                            oscar__quant_ctas(ctx, 128, &t, rows, layers, rk, rv, c);
+                            for (a = 1; a < P; a++) {
+                                const int64_t x = OSCAR__MIN(a, need), y = OSCAR__MIN(P - a, need);
+                                const int64_t tm = OSCAR__MAX((steps + W * x - 1) / (W * x) * cost[0], (steps + W * y - 1) / (W * y) * cost[1]);
+                                if (best < 0 || tm < best) best = tm;
+                            }
+                            got = OSCAR__MAX((steps + W * c[0] - 1) / (W * c[0]) * cost[0], (steps + W * c[1] - 1) / (W * c[1]) * cost[1]);
+                            cr_assert(got == best && c[0] + c[1] <= P, "%lld rows, %d layers, tile %lld x %lld, rotated %d/%d: %d + %d CTAs take %lld, the best split %lld (%lld CTAs)",
+                                      (long long)rows, layers, (long long)R, (long long)W, rk, rv, c[0], c[1], (long long)got, (long long)best,
+                                      (long long)P);
+                            cases++;
+                        }
+        cr_assert(cases > 4000);
+    }
     /* a forced count (the tests' t.ctas = 1) is taken for both sides */
     t.rows_per_warp = 32, t.warps_per_cta = 8, t.ctas = 1;
     oscar__quant_ctas(ctx, 128, &t, 1048576, 1, 1, 0, c);
