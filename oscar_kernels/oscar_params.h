@@ -107,7 +107,7 @@ typedef struct oscar_quantize_params {
     oscar_i32 v_clip_index;
     oscar_i32 lloyd_max;            /* 0: uniform min-max codes; 1: Lloyd-Max codes (G = 1 only) */
     oscar_i32 num_layers;
-    oscar_i32 side_ctas[2];         /* CTAs per layer for K and for V (grid.x = their sum) */
+    oscar_i32 side_ctas[2];         /* CTAs per layer for K and for V (grid.x = the larger; the other side's extra CTAs exit) */
     oscar_quantize_layer layers[OSCAR_K_MAX_QUANT_LAYERS];
 } oscar_quantize_params;
 OSCAR_PARAMS_STATIC_ASSERT(sizeof(oscar_quantize_params) == 176 + 80 * OSCAR_K_MAX_QUANT_LAYERS,
