@@ -7,6 +7,8 @@
        oscar kernels list [TEXT...]              the kernel instantiations (names containing TEXT)
        oscar kernels resources [--sm N] TEXT...  registers, spills, stack and shared memory of
                                                  those instantiations (NVRTC + ptxas; no GPU)
+       oscar kernels cubin --out DIR [--sm N] TEXT...
+                                                 their cubins as NVRTC builds them (for nvdisasm)
 
    Subcommands live in one table (`commands` below); add one with a
    function `int cmd_x(int argc, char **argv)` (argv[0] is its name) and a row.
@@ -772,7 +774,29 @@ static long ptxas_number(const char *from, const char *to, const char *unit) {
 
 /* Each matching instantiation compiled alone with ptxas -v for sm_N; its
    entry's lines of the log read back. A compile-only context: no GPU. */
-static int cmd_kernels_resources(int argc, char **argv) {
+/* A file name from an instantiation's name: letters, digits and '_' kept,
+   runs of anything else one '_' ("oscar::quantize_kernel<128, 128, 1, 32, 8>"
+   -> "oscar_quantize_kernel_128_128_1_32_8"). */
+static void file_name_of(const char *name, char *out, size_t cap) {
+    size_t n = 0;
+    int gap = 0;
+    for (; *name && n + 2 < cap; name++) {
+        const int keep = (*name >= 'a' && *name <= 'z') || (*name >= 'A' && *name <= 'Z') || (*name >= '0' && *name <= '9');
+        if (keep) {
+            if (gap && n) out[n++] = '_';
+            out[n++] = *name, gap = 0;
+        } else
+            gap = 1;
+    }
+    out[n] = 0;
+}
+
+/* `kernels resources` and `kernels cubin`: each instantiation whose name has
+   one of the texts, compiled alone through NVRTC for sm_N as a context for
+   that device would (oscar__nvrtc_compile). out_dir NULL: print ptxas's
+   numbers; else write the cubin to out_dir/<name>.sm<N>.cubin, for nvdisasm
+   or cuobjdump (the SASS the GPU would run, without a GPU). */
+static int kernels_compile_each(int argc, char **argv, const char *out_dir) {
     oscar_desc desc = {0};
     oscar_ctx *ctx = NULL;
     int sm = 90, ntexts, shown = 0, failed = 0;
@@ -784,15 +808,17 @@ static int cmd_kernels_resources(int argc, char **argv) {
     }
     ntexts = argc - 1, texts = argv + 1;
     if (ntexts < 1 || sm < 50) {
-        fprintf(stderr, "usage: oscar kernels resources [--sm N (e.g. 90)] TEXT...  (instantiations whose name has TEXT; "
-                        "`oscar kernels list` names them)\n");
+        fprintf(stderr, "usage: oscar kernels %s [--sm N (e.g. 90)] TEXT...  (instantiations whose name has TEXT; "
+                        "`oscar kernels list` names them)\n", out_dir ? "cubin --out DIR" : "resources");
         return 2;
     }
     desc.compile_only_sm = sm;
-    CLI_OK(NULL, oscar_setup(&desc, &ctx), "oscar kernels resources needs NVRTC");
-    oscar__nvrtc_extra_option = "--ptxas-options=-v";
-    printf("sm_%d, one NVRTC program per instantiation, ptxas -v:\n", sm);
-    printf("%9s %12s %11s %10s %10s  %s\n", "registers", "spill stores", "spill loads", "stack (B)", "static smem", "instantiation");
+    CLI_OK(NULL, oscar_setup(&desc, &ctx), "oscar kernels resources / cubin need NVRTC");
+    if (!out_dir) {
+        oscar__nvrtc_extra_option = "--ptxas-options=-v";
+        printf("sm_%d, one NVRTC program per instantiation, ptxas -v:\n", sm);
+        printf("%9s %12s %11s %10s %10s  %s\n", "registers", "spill stores", "spill loads", "stack (B)", "static smem", "instantiation");
+    }
     for (k = 0; k < n; k++) {
         const char *program = NULL, *name = NULL, *log, *entry, *next;
         char *cubin = NULL, *lowered[1] = {NULL}, marker[512];
@@ -808,19 +834,33 @@ static int cmd_kernels_resources(int argc, char **argv) {
             failed++;
             continue;
         }
-        log = oscar_jit_log(ctx);
-        snprintf(marker, sizeof marker, "Compiling entry function '%s'", lowered[0]);
-        entry = strstr(log, marker);
-        next = entry ? strstr(entry + 1, "Compiling entry function") : NULL;
-        if (!next) next = log + strlen(log);
-        if (!entry) {
-            fprintf(stderr, "oscar: %s: ptxas reported no entry %s\n", name, lowered[0]);
-            failed++;
-        } else
-            printf("%9ld %12ld %11ld %10ld %10ld  %s\n", ptxas_number(entry, next, "registers"),
-                   ptxas_number(entry, next, "bytes spill stores"), ptxas_number(entry, next, "bytes spill loads"),
-                   ptxas_number(entry, next, "bytes stack frame"), OSCAR__MAX(0L, ptxas_number(entry, next, "bytes smem")),
-                   name);
+        if (out_dir) {
+            char file[300], path[1400];
+            FILE *fp;
+            file_name_of(name, file, sizeof file);
+            snprintf(path, sizeof path, "%s/%s.sm%d.cubin", out_dir, file, sm);
+            fp = fopen(path, "wb");
+            if (!fp || fwrite(cubin, 1, size, fp) != size) {
+                fprintf(stderr, "oscar: cannot write %s\n", path);
+                failed++;
+            } else
+                printf("%s  (%s, %zu bytes, entry %s)\n", path, name, size, lowered[0]);
+            if (fp) fclose(fp);
+        } else {
+            log = oscar_jit_log(ctx);
+            snprintf(marker, sizeof marker, "Compiling entry function '%s'", lowered[0]);
+            entry = strstr(log, marker);
+            next = entry ? strstr(entry + 1, "Compiling entry function") : NULL;
+            if (!next) next = log + strlen(log);
+            if (!entry) {
+                fprintf(stderr, "oscar: %s: ptxas reported no entry %s\n", name, lowered[0]);
+                failed++;
+            } else
+                printf("%9ld %12ld %11ld %10ld %10ld  %s\n", ptxas_number(entry, next, "registers"),
+                       ptxas_number(entry, next, "bytes spill stores"), ptxas_number(entry, next, "bytes spill loads"),
+                       ptxas_number(entry, next, "bytes stack frame"), OSCAR__MAX(0L, ptxas_number(entry, next, "bytes smem")),
+                       name);
+        }
         oscar__free(ctx, cubin);
         oscar__free(ctx, lowered[0]);
     }
@@ -832,11 +872,28 @@ static int cmd_kernels_resources(int argc, char **argv) {
     }
     return failed ? 1 : 0;
 }
+static int cmd_kernels_resources(int argc, char **argv) { return kernels_compile_each(argc, argv, NULL); }
+/* oscar kernels cubin --out DIR [--sm N] TEXT... */
+static int cmd_kernels_cubin(int argc, char **argv) {
+    const char *dir = NULL;
+    if (argc >= 3 && strcmp(argv[1], "--out") == 0) {
+        dir = argv[2];
+        argv[2] = argv[0], argc -= 2, argv += 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: oscar kernels cubin --out DIR [--sm N (e.g. 90)] TEXT...  (DIR must exist; then e.g. "
+                        "nvdisasm -c DIR/FILE.cubin)\n");
+        return 2;
+    }
+    return kernels_compile_each(argc, argv, dir);
+}
 
 static const cli_command kernel_commands[] = {
     {"list", "[TEXT...]", "the kernel instantiations oscar can compile (names containing TEXT)", cmd_kernels_list},
     {"resources", "[--sm N] TEXT...", "registers, spills, stack and shared memory per instantiation (NVRTC, no GPU)",
      cmd_kernels_resources},
+    {"cubin", "--out DIR [--sm N] TEXT...", "each instantiation's cubin as NVRTC builds it, for nvdisasm (no GPU)",
+     cmd_kernels_cubin},
 };
 
 static int cmd_kernels(int argc, char **argv) {
@@ -849,7 +906,7 @@ static const cli_command commands[] = {
     {"calibrate", "[options] DUMP...", "fit K and V rotations from activation dumps (.npy, .safetensors, .pt)",
      cmd_calibrate},
     {"rotations", "inspect|convert|hadamard ...", "inspect, convert or create rotation files", cmd_rotations},
-    {"kernels", "list|resources ...", "the kernel instantiations and their registers / spills (no GPU)", cmd_kernels},
+    {"kernels", "list|resources|cubin ...", "the kernel instantiations, their registers / spills and cubins (no GPU)", cmd_kernels},
 };
 
 int main(int argc, char **argv) {
