@@ -65,12 +65,12 @@ OSCAR__PRIVATE int oscar__quant_tile_registered(int head_dim, int rows, int warp
     return warps == 4 || warps == 8;
 }
 OSCAR__PRIVATE void oscar__name_rotation_prepare(char *out, size_t cap, int head_dim, oscar_dtype src) {
-    snprintf(out, cap, "oscar::rotation_prepare_kernel<%d, %d>", head_dim, src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+    snprintf(out, cap, "oscar::rotation_prepare_kernel<%d, %d>", head_dim, oscar__k_dtype16(src));
 }
 OSCAR__PRIVATE void oscar__name_quantize(char *out, size_t cap, int head_dim, int group_size, oscar_dtype src, int rows,
                                          int warps) {
     snprintf(out, cap, "oscar::quantize_kernel<%d, %d, %d, %d, %d>", head_dim, group_size,
-             src == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16, rows, warps);
+             oscar__k_dtype16(src), rows, warps);
 }
 
 /* Decode specialises the INT2 page size for 1 (SGLang) and 16 (FlashInfer,

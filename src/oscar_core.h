@@ -453,6 +453,8 @@ OSCAR__PRIVATE const char *oscar__dtype_name(oscar_dtype t) {
     default: return "default";
     }
 }
+/* a 16-bit API dtype as the kernels' OSCAR_K_DTYPE_* (f16, else bf16) */
+OSCAR__PRIVATE int oscar__k_dtype16(oscar_dtype t) { return t == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16; }
 OSCAR__PRIVATE int oscar__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 /* Canary check shared by every descriptor. */

@@ -66,7 +66,7 @@ OSCAR_API oscar_status oscar_dequantize_kv(oscar_ctx *ctx, const oscar_int2_pool
     p.out_token_stride = d.out_token_stride;
     p.out_head_stride = d.out_head_stride;
     p.slot_dtype = d.slot_dtype == OSCAR_DTYPE_I64 ? OSCAR_K_DTYPE_I64 : OSCAR_K_DTYPE_I32;
-    p.out_dtype = d.out_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+    p.out_dtype = oscar__k_dtype16(d.out_dtype);
 
     if (ctx->backend == OSCAR_BACKEND_CPU) {
         oscar__cpu_dequant(&p, pool.head_dim, pool.group_size);

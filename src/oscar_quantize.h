@@ -64,6 +64,13 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
     return t;
 }
 
+/* the fewest CTAs of W warps whose warps take at most time / cost steps each
+   of `steps` (0: no count does) */
+OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t cost, int64_t time) {
+    const int64_t q = time / cost;
+    return q < 1 ? 0 : OSCAR__MAX(1, (steps + W * q - 1) / (W * q));
+}
+
 /* CTAs per layer for K (ctas[0]) and for V (ctas[1]). All the CTAs the
    device holds at once (registers: 128 per thread, 16 warps per SM; shared
    memory) are shared out among the layers, and a layer's share between K and
@@ -71,22 +78,16 @@ OSCAR__PRIVATE oscar__quant_tile oscar__quant_choose(const oscar_ctx *ctx, int h
    one (H200, session 20: rotate + clip prefill 359 us with both sides
    rotated, ~278 with neither). The split taken is the one whose slower side
    finishes first (steps per warp x cost; ties: the split closest to the cost
-   ratio; V takes what K leaves), never more CTAs than the steps need. The grid is max(ck, cv) x
-   layers x 2 (K, V); the smaller side's extra CTAs leave at once. The block
-   scheduler hands out every K CTA (z = 0) before the V CTAs, so most SMs
-   hold one K and one V CTA: measured faster than a grid of ck + cv K-then-V
-   CTAs per layer (256-request demotion 189 against 198 us), which pairs K
-   with K on many SMs. Before session 20 each side took floor(resident / (2 x
+   ratio; V takes what K leaves), never more CTAs than the steps need. The
+   grid is max(ck, cv) x layers x 2 (K, V); the smaller side's extra CTAs
+   leave at once. The block scheduler hands out every K CTA (z = 0) before
+   the V CTAs, so most SMs hold one K and one V CTA: measured faster than a
+   grid of ck + cv K-then-V CTAs per layer (256-request demotion 189 against
+   198 us), which pairs K with K on many SMs. Before session 20 each side took floor(resident / (2 x
    layers)) CTAs: at 36 layers 216 of the H200's 264 two-CTA slots, and with V
    unrotated (V absorbed, as in production) the V CTAs sat idle while the K
    CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
    189, the V-absorbed prefill 358 -> 318 (same call, graph replay). */
-/* the fewest CTAs of W warps whose warps take at most time / cost steps each
-   of `steps` (0: no count does) */
-OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t cost, int64_t time) {
-    const int64_t q = time / cost;
-    return q < 1 ? 0 : OSCAR__MAX(1, (steps + W * q - 1) / (W * q));
-}
 OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
                                       int32_t num_layers, int rot_k, int rot_v, int32_t ctas[2]) {
     const int64_t W = t->warps_per_cta, cost_k = rot_k ? 4 : 3, cost_v = rot_v ? 4 : 3;
@@ -278,7 +279,7 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
         }
         rot_here = rot_k || rot_v;
         if (ctx->backend == OSCAR_BACKEND_CPU) {
-            oscar__cpu_quantize(p, D, pool.group_size, d.src_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+            oscar__cpu_quantize(p, D, pool.group_size, oscar__k_dtype16(d.src_dtype));
         } else {
             char name[192];
             oscar__kernel *k;
@@ -345,7 +346,7 @@ OSCAR_API oscar_status oscar_prepare_rotation(oscar_ctx *ctx, const oscar_rotati
         if (st != OSCAR_OK) return st;
     }
     {
-        const int dk = d.src_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16;
+        const int dk = oscar__k_dtype16(d.src_dtype);
         oscar_rotation_prepare_params p;
         char name[96];
         oscar__kernel *k;

@@ -686,8 +686,7 @@ static int cmd_calibrate(int argc, char **argv) {
                                 for (d = 0; d < t[k].dim; d++, e++)
                                     f[e] = oscar__to_f32(((const uint16_t *)t[k].data)[tok * t[k].token_stride +
                                                                                        h * t[k].head_stride + d],
-                                                         t[k].dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16
-                                                                                        : OSCAR_K_DTYPE_BF16);
+                                                         oscar__k_dtype16(t[k].dtype));
                         free(t[k].converted);
                         t[k].converted = f, t[k].data = f, t[k].dtype = OSCAR_DTYPE_F32;
                         t[k].token_stride = t[k].heads * t[k].dim, t[k].head_stride = t[k].dim;
