@@ -670,7 +670,12 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        (oscar__quant_ctas); the grid's x is the larger, the smaller side's
        extra CTAs leave at once */
     const int layer = blockIdx.y, side = blockIdx.z, cta = blockIdx.x;
-    const int side_ctas = side ? p.side_ctas[1] : p.side_ctas[0]; /* two constant operands, no indexed load */
+    /* side is 0 or 1: the count by masks, not a select -- with "side ?
+       p.side_ctas[1] : p.side_ctas[0]" (f590dff) ptxas read the block indices
+       into vector registers and kept the layer's pointers and the 64-bit
+       stride there (S2R, LDC, IMAD.WIDE) instead of on the uniform datapath,
+       in a kernel at its 128-register cap (s21: SASS against 8b8d120's) */
+    const int side_ctas = (p.side_ctas[0] & (side - 1)) | (p.side_ctas[1] & -side);
     if (cta >= side_ctas) return;
     const oscar_quantize_layer &L = p.layers[layer];
     const u64 rot = side ? L.rot_v : L.rot_k;
