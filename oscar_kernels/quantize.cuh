@@ -1227,7 +1227,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         }
 
         /* ---- codes: code = [y >= t1] + [y >= t2] + [y >= t3]; bit 1 = [y >= t2],
-           bit 0 = the xor of the three (thermometer). Word jp of quarter q
+           bit 0 = the xor of the three (thermometer; two compares below). Word jp of quarter q
            feeds lane bytes 2jp (low half) and 2jp + 1 (high half) at bits 2q,
            2q + 1; even words go to bytes 0 and 2 of an output word, odd ones to
            1 and 3, and one PRMT restores the byte order. */
@@ -1241,10 +1241,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const int lg = EXCL ? q * (JW / GS) + (2 * jp) / GS : (q * Q4) / GS;
-                    const u32 m1 = S::ge_mask(w[q][jp], thr[lg][0]);
+                    /* s21: two compares, not three -- with t1 <= t2 <= t3 (the
+                       thresholds of a monotone code), y >= t2 gives code 2 + [y
+                       >= t3] and y < t2 gives [y >= t1]: bit 0 is [y >= (y >= t2 ?
+                       t3 : t1)], the threshold picked per half by one LOP3
+                       (HSET2 issues at half rate on the ALU pipe, as the LOP3s) */
                     const u32 m2 = S::ge_mask(w[q][jp], thr[lg][1]);
-                    const u32 m3 = S::ge_mask(w[q][jp], thr[lg][2]);
-                    const u32 b0 = m1 ^ m2 ^ m3;
+                    const u32 t13 = (thr[lg][2] & m2) | (thr[lg][0] & ~m2);
+                    const u32 b0 = S::ge_mask(w[q][jp], t13);
                     const u32 c0 = par == 0 ? (1u << (2 * q)) | (1u << (16 + 2 * q)) : (1u << (8 + 2 * q)) | (1u << (24 + 2 * q));
                     acc |= (b0 & c0) | (m2 & (c0 << 1));
                 }
