@@ -171,12 +171,16 @@ static uint16_t rand_elem(tu_rng *r, int d, oscar_dtype dt) {
    row drawn the same way): the code thresholds (values on a coarse grid, so
    many sit exactly on a threshold, and symmetric ranges whose middle
    threshold is at zero), the clip search (many ties of |y|, one huge spike,
-   constant rows), range (tiny values, near-overflow f16 values) and signs
+   constant rows), range (tiny values, near-overflow f16 values, bf16 values
+   of 2^121 and more) and signs
    (all positive, all negative). No exact zeros: the sign of a zero min is a
    documented difference (quantize.cuh). */
 static uint16_t rand_elem_hard(tu_rng *r, int64_t row, int d, oscar_dtype dt) {
     double x = tu_normal(r);
-    int kind = (int)(row % 9);
+    /* every fourth block of 64 rows is of the last kind, so that whole warp
+       steps (16 or 32 rows) are or are not: a warp takes the clip's integer
+       search (exact, slower) where any of its rows needs it */
+    int kind = (row / 64) % 4 == 3 ? 9 : (int)(row % 9);
     switch (kind) {
     case 0: x = (floor(x * 4) + 0.5) / 4; break;                  /* grid of 1/4, no zero */
     case 1: x = (d % 2 ? 1 : -1) * (1 + (d % 8)) * 0.375; break;  /* symmetric, exact ties */
@@ -186,7 +190,9 @@ static uint16_t rand_elem_hard(tu_rng *r, int64_t row, int d, oscar_dtype dt) {
     case 5: x = -fabs(x) - 0.25; break;                           /* all negative */
     case 6: x = d == 7 ? 3e4 : x * 1e-3; break;                   /* one huge spike */
     case 7: x = x * 1e-30; if (dt == OSCAR_DTYPE_F16) x = x * 1e26; break; /* tiny (f16: subnormal) */
-    default: x = x * (dt == OSCAR_DTYPE_F16 ? 5e3 : 1e30); break; /* huge (f16: below 65504) */
+    case 8: x = x * (dt == OSCAR_DTYPE_F16 ? 5e3 : 1e30); break; /* huge (f16: below 65504) */
+    default: x = x * (dt == OSCAR_DTYPE_F16 ? 5e3 : 1e36); break; /* bf16: many |y| >= 2^121, not f16-domain
+                                                                      numbers (the clip's integer search) */
     }
     if (x == 0) x = 0.5;
     return oscar__from_f32((float)x, dt == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
