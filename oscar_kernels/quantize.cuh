@@ -91,6 +91,18 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v12 (session 21): the codes from two compares per pair word instead of
+   three (bit 0 against t3 or t1, picked by the bit-1 mask), and the side's
+   CTA count by masks, which keeps the block indices and the layer's
+   pointers on the uniform datapath (f590dff's select had moved them to
+   vector registers): 360 -> 347-353 us, no clip 293 -> 282-285, 256-request
+   demotion 190.6 -> 185 (same-call A/B, three calls). The ALU pipe, where
+   HSET2 and LOP3 issue at half rate, bounds the kernel: one HSET2 less per
+   pair word paid ~2%. Not kept: the clip's probes over a max/min
+   tournament's candidates (HMNMX2 is half rate on the ALU pipe too: +2.6%),
+   the codes as f16 1.0 / 0.0 sums on the FMA pipe (no clip -3%, with the
+   clip +2 to +5%; gated to unclipped launches the clipped ones still lost
+   3-4% from the extra path's registers) (docs/quantize.md "Session 21").
    v10 (session 18): the clipped-group threshold table (v8) is a constant
    (quantize_table.cuh) copied in with the first slot ids, no longer built
    per CTA, so every bf16 launch with a clip uses it: 32-request demotion
