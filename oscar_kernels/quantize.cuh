@@ -917,7 +917,10 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
           if (rot) {
             q_fence_proxy_async(); /* this thread's copies (and last step's y) -> wgmma */
             q_wg_barrier(wgrp);    /* ... and every warp's: the group's rows are in buf */
-            const u32 rsm_s = smem_addr(rsm);
+            /* the warpgroup's slice address as a warp-uniform value (a shuffle
+               from lane 0), so its descriptors stay on the uniform datapath */
+            const u64 adesc = q_wg_desc(static_cast<u32>(__shfl_sync(0xffffffffu, static_cast<int>(buf_s), 0)));
+            const u64 rdesc = q_wg_desc(smem_addr(rsm));
 #pragma unroll
             for (int mt = 0; mt < WG_ROWS / 64; mt++) {
                 float acc[D / 2];
@@ -925,8 +928,8 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
                     const u32 koff = static_cast<u32>(ks & 3) * 32; /* 16 columns = 32 bytes into the k block */
-                    q_wgmma<SRC_DTYPE, D>(acc, q_wg_desc(buf_s + mt * 64 * 128 + (ks >> 2) * KB_B + koff),
-                                          q_wg_desc(rsm_s + (ks >> 2) * (D * 128) + koff), ks > 0 ? 1u : 0u);
+                    q_wgmma<SRC_DTYPE, D>(acc, adesc + ((mt * 64 * 128 + (ks >> 2) * KB_B + koff) >> 4),
+                                          rdesc + (((ks >> 2) * (D * 128) + koff) >> 4), ks > 0 ? 1u : 0u);
                 }
                 q_wg_commit_wait();
                 q_wg_fence_regs(acc);
