@@ -91,6 +91,10 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v13 (session 21): the wgmma A descriptors from a warp-uniform slice
+   address (a lane-0 shuffle) plus constant offsets, so they stay on the
+   uniform datapath (32 R2UR and 32 LOP3 fewer per step): rotate + clip
+   352 -> 343-345 us, no clip 283 -> 277-278 (same-call A/B).
    v12 (session 21): the codes from two compares per pair word instead of
    three (bit 0 against t3 or t1, picked by the bit-1 mask), and the side's
    CTA count by masks, which keeps the block indices and the layer's
