@@ -599,10 +599,10 @@ Test(quantize_gpu, hard_rows_bit_exact, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
-/* The clip threshold at the edges of quantize.cuh's selection network (m =
-   D - clip_index = 1, 8, 9, 16 by the network of 8 or 16, 17 by the
-   bisection) on edge-case rows, both dtypes, every head dim, one and two
-   lanes per row: bit-identical to the reference's sort threshold. */
+/* The clip threshold at m = D - clip_index = 1, 8, 9, 16, 17 (the edges of
+   v6's sorting networks, not kept: every m now takes the bisection) on
+   edge-case rows, both dtypes, every head dim, one and two lanes per row:
+   bit-identical to the reference's sort threshold. */
 Test(quantize_gpu, clip_selection_edges_bit_exact, .timeout = 600) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
     tu_rng r = tu_seed();
