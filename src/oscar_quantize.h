@@ -83,10 +83,10 @@ OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t c
    leave at once. The block scheduler hands out every K CTA (z = 0) before
    the V CTAs, so most SMs hold one K and one V CTA: measured faster than a
    grid of ck + cv K-then-V CTAs per layer (256-request demotion 189 against
-   198 us), which pairs K with K on many SMs. Before session 20 each side took floor(resident / (2 x
-   layers)) CTAs: at 36 layers 216 of the H200's 264 two-CTA slots, and with V
-   unrotated (V absorbed, as in production) the V CTAs sat idle while the K
-   CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
+   198 us), which pairs K with K on many SMs. Before session 20 each side
+   took floor(resident / (2 x layers)) CTAs: at 36 layers 216 of the H200's
+   264 two-CTA slots, and with V unrotated (V absorbed, as in production) the
+   V CTAs sat idle while the K CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
    189, the V-absorbed prefill 358 -> 318 (same call, graph replay). */
 OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
                                       int32_t num_layers, int rot_k, int rot_v, int32_t ctas[2]) {

@@ -771,8 +771,6 @@ static long ptxas_number(const char *from, const char *to, const char *unit) {
     return -1;
 }
 
-/* Each matching instantiation compiled alone with ptxas -v for sm_N; its
-   entry's lines of the log read back. A compile-only context: no GPU. */
 /* A file name from an instantiation's name: letters, digits and '_' kept,
    runs of anything else one '_' ("oscar::quantize_kernel<128, 128, 1, 32, 8>"
    -> "oscar_quantize_kernel_128_128_1_32_8"). */
@@ -792,8 +790,9 @@ static void file_name_of(const char *name, char *out, size_t cap) {
 
 /* `kernels resources` and `kernels cubin`: each instantiation whose name has
    one of the texts, compiled alone through NVRTC for sm_N as a context for
-   that device would (oscar__nvrtc_compile). out_dir NULL: print ptxas's
-   numbers; else write the cubin to out_dir/<name>.sm<N>.cubin, for nvdisasm
+   that device would (oscar__nvrtc_compile; a compile-only context, no GPU).
+   out_dir NULL: ptxas -v, and its numbers read back from the entry's lines
+   of the log; else write the cubin to out_dir/<name>.sm<N>.cubin, for nvdisasm
    or cuobjdump (the SASS the GPU would run, without a GPU). */
 static int kernels_compile_each(int argc, char **argv, const char *out_dir) {
     oscar_desc desc = {0};
