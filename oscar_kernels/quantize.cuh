@@ -1100,7 +1100,13 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             u32 lo = 0u, hi = kmax;
             bool down;
             {
-                const u32 probe = hi > (2u << MANT_BITS) ? hi - (2u << MANT_BITS) : 0u;
+                /* EXPERIMENT s21: for m <= 8 (K at clip .96 of 128 values: m = 6) the
+                   first bracket is one binade below the max (7 halvings after it
+                   instead of 8 where it holds; a miss steps down by 2 binades as
+                   before). CPU model (session 17, bench/clip_search_model.c): a
+                   warp's probes 9.00 -> 8.31 at m = 6 on near-Gaussian rows. */
+                const u32 first = need <= 8.f ? (1u << MANT_BITS) : (2u << MANT_BITS);
+                const u32 probe = hi > first ? hi - first : 0u;
                 down = count_ge(probe) < need;
                 if (!down)
                     lo = probe;
