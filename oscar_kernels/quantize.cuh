@@ -91,6 +91,10 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v14 (session 22): the clip's first bracket one binade below the max
+   for m <= 8 (K at .96): 7 halvings after it instead of 8 where it holds:
+   rotate + clip 342.5 / 344.4 -> 330.8 / 330.0 us, V absorbed -1.5%,
+   256-request demotion 186.4 -> 183.5 (same-call A/B).
    v13 (session 21): the wgmma A descriptors from a warp-uniform slice
    address (a lane-0 shuffle) plus constant offsets, so they stay on the
    uniform datapath (32 R2UR and 32 LOP3 fewer per step): rotate + clip
@@ -1100,11 +1104,14 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             u32 lo = 0u, hi = kmax;
             bool down;
             {
-                /* EXPERIMENT s21: for m <= 8 (K at clip .96 of 128 values: m = 6) the
-                   first bracket is one binade below the max (7 halvings after it
-                   instead of 8 where it holds; a miss steps down by 2 binades as
-                   before). CPU model (session 17, bench/clip_search_model.c): a
-                   warp's probes 9.00 -> 8.31 at m = 6 on near-Gaussian rows. */
+                /* s22: for m <= 8 (K at clip .96 of 128 values: m = 6) the first
+                   bracket is one binade below the max (7 halvings after it instead
+                   of 8 where it holds; a miss steps down by 2 binades as before).
+                   A warp's probes by a CPU model at m = 6: near-Gaussian rows
+                   9.00 -> 8.57, heavier tails 9.4 -> 10.4, outlier channels
+                   10.3 -> 11.1; on the H200 the clipped prefill (Gaussian rows)
+                   -3.7%, same call. Larger m (V at .92: 11) keeps two binades:
+                   one binade costs Gaussian rows 9.0 -> 10.0 there. */
                 const u32 first = need <= 8.f ? (1u << MANT_BITS) : (2u << MANT_BITS);
                 const u32 probe = hi > first ? hi - first : 0u;
                 down = count_ge(probe) < need;
