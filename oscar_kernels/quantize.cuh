@@ -91,6 +91,9 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v15 (session 22): v14's rule as m <= D / 16, so K at .96 takes it at
+   every head dim and V at .92 (D 64: m = 6) no longer does; at D 128 the
+   same SASS as v14.
    v14 (session 22): the clip's first bracket one binade below the max
    for m <= 8 (K at .96): 7 halvings after it instead of 8 where it holds:
    rotate + clip 342.5 / 344.4 -> 330.8 / 330.0 us, V absorbed -1.5%,
@@ -1104,15 +1107,18 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             u32 lo = 0u, hi = kmax;
             bool down;
             {
-                /* s22: for m <= 8 (K at clip .96 of 128 values: m = 6) the first
-                   bracket is one binade below the max (7 halvings after it instead
-                   of 8 where it holds; a miss steps down by 2 binades as before).
-                   A warp's probes by a CPU model at m = 6: near-Gaussian rows
-                   9.00 -> 8.57, heavier tails 9.4 -> 10.4, outlier channels
-                   10.3 -> 11.1; on the H200 the clipped prefill (Gaussian rows)
-                   -3.7%, same call. Larger m (V at .92: 11) keeps two binades:
-                   one binade costs Gaussian rows 9.0 -> 10.0 there. */
-                const u32 first = need <= 8.f ? (1u << MANT_BITS) : (2u << MANT_BITS);
+                /* s22: where m <= D / 16 (K at clip .96: m = 3 / 6 / 11 at D 64 /
+                   128 / 256) the first bracket is one binade below the max (7
+                   halvings after it instead of 8 where it holds; a miss steps
+                   down by 2 binades as before). A warp's probes by a CPU model
+                   (docs/quantize.md "Session 22"): near-Gaussian D 128 rows at
+                   m = 6 9.00 -> 8.57, real SmolLM2 rows rotated by their OSCAR
+                   matrices (D 64, m = 3) 9.07 -> 8.26; heavy tails lose (real
+                   unrotated V, Student-t, outlier channels: +0.6-1 probe). On
+                   the H200 the clipped prefill -3.7% (v14, same call). Larger m
+                   (V at .92: 6 / 11 / 21) keeps two binades: one costs rotated
+                   rows 9.0 -> 9.5-10 there (v14's m <= 8 did so at D 64). */
+                const u32 first = need <= static_cast<float>(D / 16) ? (1u << MANT_BITS) : (2u << MANT_BITS);
                 const u32 probe = hi > first ? hi - first : 0u;
                 down = count_ge(probe) < need;
                 if (!down)
