@@ -172,6 +172,8 @@ int main(int argc, char **argv) {
             {"rotate K+V, no clip", 1, 1, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
             {"no rotation, no clip", 0, 0, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
             {"rotate K+V, clip .96/.92, f32 scale+zero", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO},
+            /* the rotation's cost with the clip on: row 0 against this one */
+            {"no rotation, clip .96/.92", 0, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
         };
         int v;
         pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = (int32_t)(T / 16), pool.page_size = 16;
