@@ -4,11 +4,14 @@
    "tile: ..." time every valid tile candidate (rows per warp step x warps
    per CTA) of a case, the heuristic's choice being the case's own row.
      usage: bench_quantize [--tokens N] [--out DIR] [--prefill-only] [--no-tiles]
-                           [--variants 0,2,3] [--warmup N] [--reps N]
+                           [--variants 0,2,3] [--warmup N] [--reps N] [--identity-rotation]
        --prefill-only  skip the demotion cases; --no-tiles  skip the tile sweeps;
        --variants      only these prefill variants (index into the table below);
        --warmup/--reps untimed and timed launches per prefill case (3, 20): with
-                       --warmup 0 --reps 1 each variant launches once (profilers) */
+                       --warmup 0 --reps 1 each variant launches once (profilers);
+       --identity-rotation  R = I in every case (y = x exactly): the rotated path's
+                       cost on the same rows as the unrotated one -- a bound, since
+                       the bench's rows keep their outlier channels */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -96,13 +99,17 @@ static void *dev_random_bf16(size_t n, uint64_t seed) {
 }
 
 /* A random orthogonal-ish rotation is not needed for timing: any dense f32
-   matrix costs the same. A scaled Hadamard-like sign matrix keeps values sane. */
+   matrix costs the same. A scaled Hadamard-like sign matrix keeps values sane;
+   --identity-rotation makes it I. */
+static int identity_rotation;
 static void *dev_rotation(int D) {
     float *h = malloc(sizeof(float) * (size_t)D * D);
     void *d;
     int i, j;
     for (i = 0; i < D; i++)
-        for (j = 0; j < D; j++) h[i * D + j] = (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0f : 1.0f) / sqrtf((float)D);
+        for (j = 0; j < D; j++)
+            h[i * D + j] = identity_rotation ? (i == j ? 1.0f : 0.0f)
+                                             : (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0f : 1.0f) / sqrtf((float)D);
     BU_CUDA(cudaMalloc(&d, sizeof(float) * (size_t)D * D));
     BU_CUDA(cudaMemcpy(d, h, sizeof(float) * (size_t)D * D, cudaMemcpyHostToDevice));
     free(h);
@@ -134,6 +141,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--prefill-only")) prefill_only = 1;
+        else if (!strcmp(argv[i], "--identity-rotation")) identity_rotation = 1;
         else if (!strcmp(argv[i], "--no-tiles")) tiles = 0;
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
