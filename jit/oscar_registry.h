@@ -85,7 +85,7 @@ OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <
 OSCAR__PRIVATE void oscar__name_decode_window(char *out, size_t cap, int head_dim, int group_ratio, int kv_dtype,
                                               int warps) {
     snprintf(out, cap, "oscar::decode_window_kernel<%d, %d, %d, %d>", head_dim, oscar__head_tiles(group_ratio),
-             kv_dtype == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16, warps);
+             oscar__k_dtype16(OSCAR__CAST(oscar_dtype, kv_dtype)), warps);
 }
 /* which: 0 prep, 2 INT2, else the per-head merge (the window kernel and the
    per-KV-head merge have their own functions) */

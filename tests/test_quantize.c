@@ -164,7 +164,7 @@ static uint16_t rand_elem(tu_rng *r, int d, oscar_dtype dt) {
     double x = tu_normal(r);
     if (d % 17 == 3) x *= 20.0;
     if (tu_uniform(r) < 0.002) x *= 100.0;
-    return oscar__from_f32((float)x, dt == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+    return oscar__from_f32((float)x, oscar__k_dtype16(dt));
 }
 
 /* Rows that stress the exact parts of the kernel, by row (all values of a
@@ -195,7 +195,7 @@ static uint16_t rand_elem_hard(tu_rng *r, int64_t row, int d, oscar_dtype dt) {
                                                                       numbers (the clip's integer search) */
     }
     if (x == 0) x = 0.5;
-    return oscar__from_f32((float)x, dt == OSCAR_DTYPE_F16 ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16);
+    return oscar__from_f32((float)x, oscar__k_dtype16(dt));
 }
 
 /* Orthogonal matrices: a signed permutation (products exact in any
