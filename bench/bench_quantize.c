@@ -11,7 +11,9 @@
                        --warmup 0 --reps 1 each variant launches once (profilers);
        --identity-rotation  R = I in every case (y = x exactly): the rotated path's
                        cost on the same rows as the unrotated one -- a bound, since
-                       the bench's rows keep their outlier channels */
+                       the bench's rows keep their outlier channels
+     Rows 6 and 7 quantize source rows rotated on the host (the rows an engine
+     with V absorbed hands over; row 0's values without its MMA). */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -79,21 +81,51 @@ static void time_tiles(bu_report *rep, oscar_ctx *ctx, oscar_quantize_desc *d, c
         }
 }
 
-static void *dev_random_bf16(size_t n, uint64_t seed) {
+/* Rows of D normal values with outlier channels (x20 on every 17th dim),
+   as bf16. rotated != 0: each row multiplied by the bench's rotation
+   (dev_rotation: the D x D Sylvester-Hadamard sign matrix / sqrt(D), its
+   entries rounded to bf16 as the kernel's MMA takes them) on the host, in
+   double, then rounded to bf16 -- the rows an engine hands over when the
+   rotation is absorbed into its projection (V absorbed), and the rows row
+   0's kernel quantizes after its own rotation (up to the f32 sum's
+   rounding), so "no rotation" rows over them are row 0 minus the rotation
+   on the same values. */
+static int identity_rotation; /* --identity-rotation: R = I, and pre-rotated rows are the rows themselves */
+static void *dev_random_bf16(size_t n, uint64_t seed, int D, int rotated) {
     uint16_t *h = malloc(n * 2);
+    double *row = malloc(sizeof(double) * (size_t)D);
+    const double hs = oscar__bf16_to_f32(oscar__f32_to_bf16(1.0f / sqrtf((float)D)));
     void *d;
     size_t i;
     uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
     for (i = 0; i < n; i++) {
-        double u1, u2;
+        double u1, u2, x;
         s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
         u1 = (double)((s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 + 1e-12;
         s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
         u2 = (double)((s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
-        h[i] = oscar__f32_to_bf16((float)(sqrt(-2 * log(u1)) * cos(6.2831853 * u2) * ((i % 128) % 17 == 3 ? 20 : 1)));
+        x = sqrt(-2 * log(u1)) * cos(6.2831853 * u2) * ((i % 128) % 17 == 3 ? 20 : 1);
+        h[i] = oscar__f32_to_bf16((float)x);
+        if (rotated && !identity_rotation && (i + 1) % (size_t)D == 0) {
+            /* y_j = sum_i x_i (-1)^popcount(i & j) / sqrt(D): the natural-order
+               fast Walsh-Hadamard transform of the row's bf16 values */
+            size_t j0 = i + 1 - (size_t)D;
+            int a, len;
+            for (a = 0; a < D; a++) row[a] = oscar__bf16_to_f32(h[j0 + (size_t)a]);
+            for (len = 1; len < D; len <<= 1)
+                for (a = 0; a < D; a += 2 * len) {
+                    int b;
+                    for (b = a; b < a + len; b++) {
+                        const double u = row[b], v = row[b + len];
+                        row[b] = u + v, row[b + len] = u - v;
+                    }
+                }
+            for (a = 0; a < D; a++) h[j0 + (size_t)a] = oscar__f32_to_bf16((float)(row[a] * hs));
+        }
     }
     BU_CUDA(cudaMalloc(&d, n * 2));
     BU_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(row);
     free(h);
     return d;
 }
@@ -101,7 +133,6 @@ static void *dev_random_bf16(size_t n, uint64_t seed) {
 /* A random orthogonal-ish rotation is not needed for timing: any dense f32
    matrix costs the same. A scaled Hadamard-like sign matrix keeps values sane;
    --identity-rotation makes it I. */
-static int identity_rotation;
 static void *dev_rotation(int D) {
     float *h = malloc(sizeof(float) * (size_t)D * D);
     void *d;
@@ -166,7 +197,8 @@ int main(int argc, char **argv) {
         oscar_int2_pool_desc pool = {0};
         oscar_quantize_desc d = {0};
         size_t code_bytes, scale_bytes, n = (size_t)T * H * D;
-        void *src_k = dev_random_bf16(n, 1), *src_v = dev_random_bf16(n, 2), *rk = dev_rotation(D), *rv = dev_rotation(D);
+        void *src_k = dev_random_bf16(n, 1, D, 0), *src_v = dev_random_bf16(n, 2, D, 0), *rk = dev_rotation(D), *rv = dev_rotation(D);
+        void *src_k_rot = NULL, *src_v_rot = NULL; /* the same rows pre-rotated: made when a variant needs them */
         void *slots = dev_slots(T, T, 0), *ck, *cv, *sk, *sv;
         qarg a;
         struct {
@@ -174,17 +206,26 @@ int main(int argc, char **argv) {
             int rot_k, rot_v;
             float ck, cv;
             oscar_scale_layout layout;
+            int pre; /* source rows pre-rotated on the host: 1 V's, 2 K's and V's */
         } variants[] = {
-            {"rotate K+V, clip .96/.92, f16 scales", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
-            {"rotate K (V absorbed), clip .96/.92", 1, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
-            {"rotate K+V, no clip", 1, 1, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
-            {"no rotation, no clip", 0, 0, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
-            {"rotate K+V, clip .96/.92, f32 scale+zero", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO},
+            {"rotate K+V, clip .96/.92, f16 scales", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
+            {"rotate K (V absorbed), clip .96/.92", 1, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
+            {"rotate K+V, no clip", 1, 1, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
+            {"no rotation, no clip", 0, 0, 0.0f, 0.0f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
+            {"rotate K+V, clip .96/.92, f32 scale+zero", 1, 1, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0},
             /* the source rows unrotated, clipped: they keep the outlier channels
                (x20 on every 17th dim) that the rotation spreads, so the clip's
                search costs more here than on row 0's rotated rows -- not row 0
                minus its rotation (docs/quantize.md "Session 22") */
-            {"no rotation, clip .96/.92", 0, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN},
+            {"no rotation, clip .96/.92", 0, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0},
+            /* V absorbed as an engine runs it: its projection already gives
+               rotated V rows, so V's clip meets rotated values, not the
+               outlier channels above (row 1 keeps those) */
+            {"rotate K, V absorbed (V rows pre-rotated), clip .96/.92", 1, 0, 0.96f, 0.92f,
+             OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1},
+            /* row 0's quantize work without its rotation: the kernel sees the
+               values row 0's MMA gives it (up to the f32 sum's rounding) */
+            {"no rotation, rows pre-rotated, clip .96/.92", 0, 0, 0.96f, 0.92f, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 2},
         };
         int v;
         pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = (int32_t)(T / 16), pool.page_size = 16;
@@ -209,7 +250,9 @@ int main(int argc, char **argv) {
             BU_CUDA(cudaMalloc(&sv, scale_bytes));
             pool.k_codes = ck, pool.v_codes = cv, pool.k_scales = sk, pool.v_scales = sv;
             memset(&d, 0, sizeof d);
-            d.pool = &pool, d.src_k = src_k, d.src_v = src_v;
+            if (variants[v].pre >= 1 && !src_v_rot) src_v_rot = dev_random_bf16(n, 2, D, 1);
+            if (variants[v].pre >= 2 && !src_k_rot) src_k_rot = dev_random_bf16(n, 1, D, 1);
+            d.pool = &pool, d.src_k = variants[v].pre >= 2 ? src_k_rot : src_k, d.src_v = variants[v].pre >= 1 ? src_v_rot : src_v;
             d.k_rotation = variants[v].rot_k ? rk : NULL;
             d.v_rotation = variants[v].rot_v ? rv : NULL;
             d.num_tokens = T, d.dst_slots = slots;
@@ -231,6 +274,8 @@ int main(int argc, char **argv) {
             cudaFree(ck), cudaFree(cv), cudaFree(sk), cudaFree(sv);
         }
         cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(rv), cudaFree(slots);
+        if (src_k_rot) cudaFree(src_k_rot);
+        if (src_v_rot) cudaFree(src_v_rot);
     }
 
     /* ---- demotion: 8 tokens per request, 36 layers, one launch -------------- */
@@ -243,7 +288,10 @@ int main(int argc, char **argv) {
         oscar_quantize_layer_desc layers[LAYERS];
         size_t code_bytes, scale_bytes;
         double floor_us, floor_spread, floor_graph_us, empty_graph_us;
-        void *src_k = dev_random_bf16((size_t)src_tokens * H * D, 3), *src_v = dev_random_bf16((size_t)src_tokens * H * D, 4);
+        /* V absorbed (no R_v): the engine's cache holds V rows its absorbed
+           projection rotated, so V's rows are pre-rotated (session 23; before,
+           V's rows kept the outlier channels) */
+        void *src_k = dev_random_bf16((size_t)src_tokens * H * D, 3, D, 0), *src_v = dev_random_bf16((size_t)src_tokens * H * D, 4, D, 1);
         void *rk = dev_rotation(D), *rk_img;
         void *codes, *scales;
         pool.head_dim = D, pool.num_kv_heads = H, pool.num_pages = 256 * 8 * 4, pool.page_size = 1;

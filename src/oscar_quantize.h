@@ -71,12 +71,22 @@ OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t c
     return q < 1 ? 0 : OSCAR__MAX(1, (steps + W * q - 1) / (W * q));
 }
 
+/* A side's cost per warp step, relative (H200, session 23: the 128K-token
+   prefill with both sides alike, same call, per side: rotated 141 us without
+   a clip and 166 with one, unrotated 105 and 114, the unrotated rows being
+   the rotated rows' values, pre-rotated on the host, as an engine with V
+   absorbed hands them over). Without a clip 28 : 21 = session 20's 4 : 3;
+   with one the rotated side costs more (the clip's ALU work fills idle issue
+   slots on the unrotated path, not on the rotated one): 33 : 23. */
+OSCAR__PRIVATE int64_t oscar__quant_side_cost(int rotated, int clipped) {
+    return rotated ? (clipped ? 33 : 28) : (clipped ? 23 : 21);
+}
+
 /* CTAs per layer for K (ctas[0]) and for V (ctas[1]). All the CTAs the
    device holds at once (registers: 128 per thread, 16 warps per SM; shared
    memory) are shared out among the layers, and a layer's share between K and
-   V by their cost per step: a rotated side costs about 4/3 of an unrotated
-   one (H200, session 20: rotate + clip prefill 359 us with both sides
-   rotated, ~278 with neither). The split taken is the one whose slower side
+   V by their cost per step (oscar__quant_side_cost: a rotated side costs
+   4/3 to 1.43 of an unrotated one). The split taken is the one whose slower side
    finishes first (steps per warp x cost; ties: the split closest to the cost
    ratio; V takes what K leaves), never more CTAs than the steps need. The
    grid is max(ck, cv) x layers x 2 (K, V); the smaller side's extra CTAs
@@ -87,10 +97,12 @@ OSCAR__PRIVATE int64_t oscar__quant_min_ctas(int64_t steps, int64_t W, int64_t c
    took floor(resident / (2 x layers)) CTAs: at 36 layers 216 of the H200's
    264 two-CTA slots, and with V unrotated (V absorbed, as in production) the
    V CTAs sat idle while the K CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
-   189, the V-absorbed prefill 358 -> 318 (same call, graph replay). */
+   189, the V-absorbed prefill 358 -> 318 (same call, graph replay). Session
+   20-22 costed both sides 4 : 3 whatever the clip, measured on V rows with
+   outlier channels, which an absorbed projection does not produce. */
 OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
-                                      int32_t num_layers, int rot_k, int rot_v, int32_t ctas[2]) {
-    const int64_t W = t->warps_per_cta, cost_k = rot_k ? 4 : 3, cost_v = rot_v ? 4 : 3;
+                                      int32_t num_layers, int rot_k, int rot_v, int clip_k, int clip_v, int32_t ctas[2]) {
+    const int64_t W = t->warps_per_cta, cost_k = oscar__quant_side_cost(rot_k, clip_k), cost_v = oscar__quant_side_cost(rot_v, clip_v);
     const int64_t steps = OSCAR__MAX((rows_per_side + t->rows_per_warp - 1) / t->rows_per_warp, 1), need = (steps + W - 1) / W;
     int64_t per_sm, smem, P, lo, hi, ak, av, top, best_a = 1, best_f = -1;
     int i;
@@ -296,7 +308,7 @@ OSCAR__PRIVATE oscar_status oscar__quantize_kv_tiled(oscar_ctx *ctx, const oscar
                 oscar__tune_quant_apply(ctx, key, rot_here, &t.rows_per_warp, &t.warps_per_cta);
             }
             oscar__tune_last_quant[0] = t.rows_per_warp, oscar__tune_last_quant[1] = t.warps_per_cta;
-            oscar__quant_ctas(ctx, D, &t, rows, n, rot_k, rot_v, p->side_ctas);
+            oscar__quant_ctas(ctx, D, &t, rows, n, rot_k, rot_v, p->k_clip_index >= 0, p->v_clip_index >= 0, p->side_ctas);
             oscar__name_quantize(name, sizeof name, D, pool.group_size, d.src_dtype, t.rows_per_warp, t.warps_per_cta);
             st = oscar__jit_get(ctx, "quantize.cuh", name, &k);
             if (st != OSCAR_OK) break;

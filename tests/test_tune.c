@@ -893,25 +893,33 @@ Test(tune, quantize_heuristic_tiers) {
 
 /* The quantize grid (oscar__quant_ctas) on a 132-SM device with the H200's
    shared memory: all the resident CTAs shared by the layers, a layer's share
-   split between K and V by cost (rotated 4, unrotated 3), never more CTAs
-   than the steps need, and a forced count taken as it is. */
+   split between K and V by cost (oscar__quant_side_cost: without a clip
+   rotated 4 : unrotated 3, with one 33 : 23), never more CTAs than the steps
+   need, and a forced count taken as it is. */
 Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
     static const struct {
         int64_t rows; /* per side and layer */
-        int32_t layers, rows_per_warp, warps, rot_k, rot_v, ck, cv;
+        int32_t layers, rows_per_warp, warps, rot_k, rot_v, clip, ck, cv;
     } want[] = {
         /* 32 requests x 8 tokens x 8 heads, 36 layers, V absorbed: 4 + 3 (K 2 steps per warp, V 3); was 3 + 3 (3 and 3) */
-        {2048, 36, 32, 8, 1, 0, 4, 3},
+        {2048, 36, 32, 8, 1, 0, 0, 4, 3},
         /* both rotated: 7 slots per layer; 3 + 4 and 4 + 3 tie (one side takes 3 steps either way): the first */
-        {2048, 36, 32, 8, 1, 1, 3, 4},
+        {2048, 36, 32, 8, 1, 1, 0, 3, 4},
         /* 256 requests, V absorbed: K 16 steps (x 4), V 22 (x 3) */
-        {16384, 36, 32, 8, 1, 0, 4, 3},
+        {16384, 36, 32, 8, 1, 0, 0, 4, 3},
         /* the 128K-token prefill, one layer, V absorbed: 152 + 112 of the 264 slots; both rotated 132 + 132 */
-        {1048576, 1, 32, 8, 1, 0, 152, 112},
-        {1048576, 1, 32, 8, 1, 1, 132, 132},
-        {1048576, 1, 32, 8, 0, 0, 132, 132},
+        {1048576, 1, 32, 8, 1, 0, 0, 152, 112},
+        {1048576, 1, 32, 8, 1, 1, 0, 132, 132},
+        {1048576, 1, 32, 8, 0, 0, 0, 132, 132},
         /* 1 request: one CTA each holds all of a side's 4 steps */
-        {64, 36, 16, 4, 1, 0, 1, 1},
+        {64, 36, 16, 4, 1, 0, 0, 1, 1},
+        /* clipped (K .96, V .92), V absorbed: the 128K-token prefill 156 + 108 (33 : 23); both rotated 132 + 132 */
+        {1048576, 1, 32, 8, 1, 0, 1, 156, 108},
+        {1048576, 1, 32, 8, 1, 1, 1, 132, 132},
+        /* the demotions, clipped: as unclipped (the steps' granularity decides) */
+        {2048, 36, 32, 8, 1, 0, 1, 4, 3},
+        {16384, 36, 32, 8, 1, 0, 1, 4, 3},
+        {64, 36, 16, 4, 1, 0, 1, 1, 1},
     };
     oscar_ctx *ctx = compile_only_ctx(NULL);
     int32_t sms = ctx->num_sms, smem = ctx->max_smem_optin, c[2];
@@ -920,7 +928,7 @@ Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
     ctx->num_sms = 132, ctx->max_smem_optin = 227 * 1024;
     for (i = 0; i < sizeof want / sizeof want[0]; i++) {
         t.rows_per_warp = want[i].rows_per_warp, t.warps_per_cta = want[i].warps, t.ctas = 0;
-        oscar__quant_ctas(ctx, 128, &t, want[i].rows, want[i].layers, want[i].rot_k, want[i].rot_v, c);
+        oscar__quant_ctas(ctx, 128, &t, want[i].rows, want[i].layers, want[i].rot_k, want[i].rot_v, want[i].clip, want[i].clip, c);
         cr_assert(c[0] == want[i].ck && c[1] == want[i].cv, "case %zu: %d + %d CTAs, want %d + %d", i, c[0], c[1], want[i].ck,
                   want[i].cv);
     }
@@ -932,7 +940,7 @@ Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
             for (rows = 8; rows <= (1 << 22); rows *= 3) {
                 const int64_t steps = (rows + 31) / 32, need = (steps + 7) / 8;
                 t.rows_per_warp = 32, t.warps_per_cta = 8, t.ctas = 0;
-                oscar__quant_ctas(ctx, 128, &t, rows, layers, 1, 0, c);
+                oscar__quant_ctas(ctx, 128, &t, rows, layers, 1, 0, 1, 1, c);
                 cr_assert(c[0] >= 1 && c[1] >= 1 && c[0] <= need && c[1] <= need, "%lld rows: %d + %d, need %lld",
                           (long long)rows, c[0], c[1], (long long)need);
                 cr_assert((int64_t)(c[0] + c[1]) * layers <= (layers <= 132 ? 264 : 2 * layers), "%d layers: %d + %d", layers, c[0],
@@ -944,36 +952,38 @@ Test(tune, quantize_grid_shares_the_resident_ctas_by_cost) {
     {
         static const int32_t tiles[2][2] = {{32, 8}, {16, 4}};
         int64_t rows;
-        int32_t layers, ti, rk, rv, cases = 0;
+        int32_t layers, ti, rk, rv, cl, cases = 0;
         for (ti = 0; ti < 2; ti++)
             for (layers = 1; layers <= 60; layers += 3)
                 for (rows = 1; rows <= (1 << 22); rows = rows * 3 / 2 + 1)
                     for (rk = 0; rk <= 1; rk++)
-                        for (rv = 0; rv <= 1; rv++) {
-                            const int64_t R = tiles[ti][0], W = tiles[ti][1], cost[2] = {rk ? 4 : 3, rv ? 4 : 3};
+                        for (rv = 0; rv <= 1; rv++)
+                            for (cl = 0; cl <= 3; cl++) {
+                            const int64_t R = tiles[ti][0], W = tiles[ti][1];
+                            const int64_t cost[2] = {oscar__quant_side_cost(rk, cl & 1), oscar__quant_side_cost(rv, cl >> 1)};
                             const int64_t steps = (rows + R - 1) / R, need = (steps + W - 1) / W;
                             const int64_t smem = oscar__quant_smem_bytes(128, (int)R, (int)W, rk || rv) + 1024;
                             const int64_t per_sm = OSCAR__MIN(16 / W, (int64_t)(ctx->max_smem_optin + 1024) / smem);
                             const int64_t P = OSCAR__MAX(2, per_sm * 132 / layers);
                             int64_t best = -1, got, a;
                             t.rows_per_warp = (int32_t)R, t.warps_per_cta = (int32_t)W, t.ctas = 0;
-                            oscar__quant_ctas(ctx, 128, &t, rows, layers, rk, rv, c);
+                            oscar__quant_ctas(ctx, 128, &t, rows, layers, rk, rv, cl & 1, cl >> 1, c);
                             for (a = 1; a < P; a++) {
                                 const int64_t x = OSCAR__MIN(a, need), y = OSCAR__MIN(P - a, need);
                                 const int64_t tm = OSCAR__MAX((steps + W * x - 1) / (W * x) * cost[0], (steps + W * y - 1) / (W * y) * cost[1]);
                                 if (best < 0 || tm < best) best = tm;
                             }
                             got = OSCAR__MAX((steps + W * c[0] - 1) / (W * c[0]) * cost[0], (steps + W * c[1] - 1) / (W * c[1]) * cost[1]);
-                            cr_assert(got == best && c[0] + c[1] <= P, "%lld rows, %d layers, tile %lld x %lld, rotated %d/%d: %d + %d CTAs take %lld, the best split %lld (%lld CTAs)",
-                                      (long long)rows, layers, (long long)R, (long long)W, rk, rv, c[0], c[1], (long long)got, (long long)best,
+                            cr_assert(got == best && c[0] + c[1] <= P, "%lld rows, %d layers, tile %lld x %lld, rotated %d/%d, clipped %d/%d: %d + %d CTAs take %lld, the best split %lld (%lld CTAs)",
+                                      (long long)rows, layers, (long long)R, (long long)W, rk, rv, cl & 1, cl >> 1, c[0], c[1], (long long)got, (long long)best,
                                       (long long)P);
                             cases++;
                         }
-        cr_assert(cases > 4000);
+        cr_assert(cases > 16000);
     }
     /* a forced count (the tests' t.ctas = 1) is taken for both sides */
     t.rows_per_warp = 32, t.warps_per_cta = 8, t.ctas = 1;
-    oscar__quant_ctas(ctx, 128, &t, 1048576, 1, 1, 0, c);
+    oscar__quant_ctas(ctx, 128, &t, 1048576, 1, 1, 0, 1, 1, c);
     cr_assert(c[0] == 1 && c[1] == 1);
     ctx->num_sms = sms, ctx->max_smem_optin = smem;
     oscar_shutdown(ctx);
