@@ -189,7 +189,9 @@ int main(int argc, char **argv) {
                     "(the minimum the kernel must move). Demotion latency includes the launch; the launch "
                     "floor rows are a 1-row dequantize launch on the same stream (the smallest oscar launch), "
                     "the launch cost row an empty kernel's (what any launch pays). The json's demotion rows "
-                    "give the graph time beyond each.");
+                    "give the graph time beyond each. Source rows: normals with outlier channels (x20 on every 17th "
+                    "dim); \"pre-rotated\" rows are those rows times the bench's R on the host, as an engine whose "
+                    "projection absorbs the rotation hands them over (the demotion's V rows, V being absorbed there).");
     printf("copy bandwidth: %.3f TB/s\n", rep.copy_tbps);
 
     /* ---- bulk prefill ------------------------------------------------------ */
