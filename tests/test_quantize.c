@@ -3,8 +3,9 @@
    index, constant rows, eps, Lloyd-Max thresholds and levels), validation,
    and the GPU kernel against the CPU reference: bit-identical codes and
    scales without rotation and with an exact (signed permutation) rotation,
-   near-identical with a dense orthogonal rotation, the round-trip error, and
-   a multi-layer demotion that must write exactly its slots. */
+   near-identical with a dense orthogonal rotation, the round-trip error, a
+   multi-layer demotion that must write exactly its slots, and a V-absorbed
+   prefill whose K / V grid split the clip's side costs decide. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "test_util.h"
@@ -685,6 +686,33 @@ Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
     qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
     qc.rotation = 1, qc.v_absorbed = 1;
     qc.demotion = 1;
+    cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
+/* A V-absorbed clipped prefill big enough that the grid's K / V split is
+   bound by the resident CTAs, where oscar__quant_side_cost's clipped costs
+   (33 : 23) split differently from 4 : 3 -- on the H200 (132 SMs) 3 layers x
+   2048 tokens x 8 heads take 52 + 36 CTAs per layer against 50 + 38 -- with
+   every code, scale and untouched slot equal to the CPU reference's. */
+Test(quantize_gpu, v_absorbed_clipped_split_bit_exact, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    qcase qc = {0};
+    int32_t clipped[2], unclipped[2];
+    oscar__quant_tile t;
+    qc.D = 128, qc.GS = 128, qc.H = 8, qc.layers = 3, qc.page_size = 16, qc.T = 2048, qc.pages = 2048 / 16 + 3;
+    qc.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+    qc.src_dtype = OSCAR_DTYPE_BF16;
+    qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
+    qc.rotation = 1, qc.v_absorbed = 1;
+    t = oscar__quant_choose(gpu, qc.D, (int64_t)qc.T * qc.H, 2 * qc.layers, 1);
+    t.ctas = 0;
+    oscar__quant_ctas(gpu, qc.D, &t, (int64_t)qc.T * qc.H, qc.layers, 1, 0, 1, 1, clipped);
+    oscar__quant_ctas(gpu, qc.D, &t, (int64_t)qc.T * qc.H, qc.layers, 1, 0, 0, 0, unclipped);
+    cr_log_info("quantize: V-absorbed clipped prefill, %d layers x %d tokens: %d + %d CTAs per layer (4 : 3 would take %d + %d)",
+                qc.layers, qc.T, clipped[0], clipped[1], unclipped[0], unclipped[1]);
     cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
     oscar_shutdown(cpu);
     oscar_shutdown(gpu);
