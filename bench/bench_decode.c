@@ -5,8 +5,11 @@
    Inputs rotate among enough copies that the working set exceeds the L2.
    Prints a table and writes bench/results/decode.md and .json.
      usage: bench_decode [--quick] [--shape B:CTX:D] [--reps N] [--out DIR]
-                         [--int2-layout nhd|hnd] [--page N]
-     --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1). */
+                         [--int2-layout nhd|hnd] [--page N] [--v-absorbed]
+     --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1).
+     --v-absorbed: V's rotation folded into the model's weights (v_rotation =
+     NULL: the merge applies no R_v^T), as with quantize's V-absorbed mode;
+     writes decode_v_absorbed.md / .json instead. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -73,12 +76,14 @@ int main(int argc, char **argv) {
     int si, i, reps = 30, warmup = 5, q_heads = 32;
     char about[2048];
     shape one;
+    int v_absorbed = 0;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--int2-layout") && i + 1 < argc)
             int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--v-absorbed")) v_absorbed = 1;
         else if (!strcmp(argv[i], "--q-heads") && i + 1 < argc) {
             q_heads = atoi(argv[++i]); /* GQA ratio q_heads / 8 */
             if (q_heads < 8 || q_heads > 128 || q_heads % 8) {
@@ -99,17 +104,19 @@ int main(int argc, char **argv) {
         printf("bench_decode needs a CUDA GPU: %s\n", oscar_last_error(NULL));
         return 0;
     }
-    bu_report_open(&rep, "decode", argc, argv, out_dir);
+    bu_report_open(&rep, v_absorbed ? "decode_v_absorbed" : "decode", argc, argv, out_dir);
     snprintf(about, sizeof about,
              "%d query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
-        "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; R_k and R_v applied "
-        "(q rotated in the kernel, the INT2 output brought back with R_v^T). Bytes = INT2 codes + scales + window "
+        "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; %s. Bytes = INT2 codes + scales + window "
         "K/V + q + page tables read, o written. Read floor = a kernel that only reads those bytes (16-byte loads). "
         "BF16 decode = oscar's bf16 paged decode kernel over all tokens (same pages, no rotation). Medians of 30 "
         "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2. Direct = one oscar_decode_run "
         "(or probe / BF16 run) per timing, host launch work included; graph = the same step captured once per input "
         "copy into a CUDA graph and replayed, as engines run decode steps (no host work between the kernels).",
-             q_heads);
+             q_heads,
+             v_absorbed ? "R_k applied (q rotated in the kernel), V's rotation absorbed into the model's weights "
+                          "(v_rotation = NULL: no R_v^T in the merge)"
+                        : "R_k and R_v applied (q rotated in the kernel, the INT2 output brought back with R_v^T)");
     bu_report_begin(&rep, bu_copy_bandwidth_tbps(0),
                     "| batch x context | D | INT2 tokens/req | oscar INT2 decode (us) | bytes | TB/s | of copy BW | read "
                     "floor (us) | / floor | BF16 decode (us) | speed-up vs BF16 | graph: oscar (us) | graph: read floor (us) | "
@@ -173,7 +180,7 @@ int main(int argc, char **argv) {
         rd.int2_pool = &pool, rd.window_pool = &win;
         rd.int2_pages.indptr = d_ip, rd.int2_pages.indices = d_idx, rd.int2_pages.last_page_len = d_last;
         rd.window_pages.indptr = d_wip, rd.window_pages.indices = d_widx, rd.window_pages.last_page_len = d_wlast;
-        rd.o = o, rd.k_rotation = rk, rd.v_rotation = rv, rd.sm_scale = 1.0f / sqrtf((float)D);
+        rd.o = o, rd.k_rotation = rk, rd.v_rotation = v_absorbed ? NULL : rv, rd.sm_scale = 1.0f / sqrtf((float)D);
         rd.workspace = ws, rd.workspace_bytes = plan.workspace_bytes;
         memset(&a, 0, sizeof a);
         a.ctx = ctx, a.plan = &plan, a.rd = &rd, a.pool = &pool, a.win = &win, a.sets = sets, a.nsets = nsets;
