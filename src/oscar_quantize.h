@@ -97,9 +97,11 @@ OSCAR__PRIVATE int64_t oscar__quant_side_cost(int rotated, int clipped) {
    took floor(resident / (2 x layers)) CTAs: at 36 layers 216 of the H200's
    264 two-CTA slots, and with V unrotated (V absorbed, as in production) the
    V CTAs sat idle while the K CTAs finished: 32-request demotion 38.7 -> 35.1 us, 256 requests 215 ->
-   189, the V-absorbed prefill 358 -> 318 (same call, graph replay). Session
-   20-22 costed both sides 4 : 3 whatever the clip, measured on V rows with
-   outlier channels, which an absorbed projection does not produce. */
+   189, the V-absorbed prefill 358 -> 318 (same call, graph replay). Sessions
+   20-22 costed both sides 4 : 3 whatever the clip, tuned on V rows with
+   outlier channels, which an absorbed projection does not produce; the
+   clipped costs took the V-absorbed prefill 289.3 -> 283.1 us (session 23,
+   three same-call rounds). */
 OSCAR__PRIVATE void oscar__quant_ctas(const oscar_ctx *ctx, int head_dim, const oscar__quant_tile *t, int64_t rows_per_side,
                                       int32_t num_layers, int rot_k, int rot_v, int clip_k, int clip_v, int32_t ctas[2]) {
     const int64_t W = t->warps_per_cta, cost_k = oscar__quant_side_cost(rot_k, clip_k), cost_v = oscar__quant_side_cost(rot_v, clip_v);
