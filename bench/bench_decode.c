@@ -6,10 +6,13 @@
    Prints a table and writes bench/results/decode.md and .json.
      usage: bench_decode [--quick] [--shape B:CTX:D] [--reps N] [--out DIR]
                          [--int2-layout nhd|hnd] [--page N] [--v-absorbed]
+                         [--splits INT2:WINDOW]
      --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1).
      --v-absorbed: V's rotation folded into the model's weights (v_rotation =
      NULL: the merge applies no R_v^T), as with quantize's V-absorbed mode;
-     writes decode_v_absorbed.md / .json instead. */
+     writes decode_v_absorbed.md / .json instead.
+     --splits: force the split counts (0: the plan's, from the tuning table or
+     the heuristic), e.g. to try counts the tuner's candidates lack. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -76,7 +79,7 @@ int main(int argc, char **argv) {
     int si, i, reps = 30, warmup = 5, q_heads = 32;
     char about[2048];
     shape one;
-    int v_absorbed = 0;
+    int v_absorbed = 0, force_int2 = 0, force_win = 0;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -84,6 +87,12 @@ int main(int argc, char **argv) {
             int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--v-absorbed")) v_absorbed = 1;
+        else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d:%d", &force_int2, &force_win) != 2) {
+                printf("--splits wants INT2:WINDOW split counts (0 = the plan's), got %s\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--q-heads") && i + 1 < argc) {
             q_heads = atoi(argv[++i]); /* GQA ratio q_heads / 8 */
             if (q_heads < 8 || q_heads > 128 || q_heads % 8) {
@@ -173,6 +182,7 @@ int main(int argc, char **argv) {
         }
         pd.num_q_heads = Hq, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = S->B;
         pd.max_int2_tokens = L, pd.max_window_tokens = (int32_t)W;
+        pd.int2_splits = force_int2, pd.window_splits = force_win;
         BU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
         BU_CUDA(cudaMalloc(&ws, plan.workspace_bytes));
         BU_CUDA(cudaMalloc(&o, q_bytes));

@@ -175,6 +175,14 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
     return per_sm * oscar__decode_sms(ctx);
 }
 
+/* The INT2 split count with the least modelled time: waves x (tokens per split
+   + 128 for a CTA's fixed costs) + 56 per split (its share of the merge and
+   of the CTAs' prologues). Session 24 measured the per-split term on the
+   H200 where one wave holds a wide range of counts (batch 1): 56 picks 24
+   splits at 1 x 32K and 48 at 1 x 128K, the fastest of the counts tried
+   there (24 / 28 / 32 and 40 / 48 / 56 / 64, three rounds each, graph
+   replay: -0.7 and -0.55 us against 32 and 64, which 32 per split picked).
+   At larger batches the wave count decides, and 32 and 56 pick the same. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio), s, cap, best = 1;
@@ -183,7 +191,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     for (s = 1; s <= cap; s++) {
         const int64_t waves = (base * s + slots - 1) / slots;
         const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128) +
-                            OSCAR__CAST(double, 32 * s);
+                            OSCAR__CAST(double, 56 * s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
