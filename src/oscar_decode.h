@@ -175,23 +175,32 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
     return per_sm * oscar__decode_sms(ctx);
 }
 
-/* The INT2 split count with the least modelled time: waves x (tokens per split
-   + 128 for a CTA's fixed costs) + 56 per split (its share of the merge and
-   of the CTAs' prologues). Session 24 measured the per-split term on the
-   H200 where one wave holds a wide range of counts (batch 1): 56 picks 24
-   splits at 1 x 32K and 48 at 1 x 128K, the fastest of the counts tried
-   there (24 / 28 / 32 and 40 / 48 / 56 / 64, three rounds each, graph
-   replay: -0.7 and -0.55 us against 32 and 64, which 32 per split picked).
-   At larger batches the wave count decides, and 32 and 56 pick the same. */
+/* The INT2 split count. Where one wave of the INT2 kernel holds them (small
+   batches), s = 1.565 (L / 1024)^0.8 splits of L tokens: about 1000 tokens
+   per split at 8K, 1300 at 32K, 1500 at 64K. Otherwise (and where that count
+   would not fit in one wave) the wave model: the least waves x (tokens per
+   split + 128 for a CTA's fixed costs) + 32 per split.
+   Session 24 measured batch 1-4 on the H200 (graph replay, bench/results/logs/
+   session24_h200.txt sections 3-7), where the wave model's per-split term alone
+   had decided: 32 per split picked too many splits at 1 x 32K (32: 21.2 us
+   against 24: 20.4), 2 x 8K and 4 x 8K (16: 30.3 us against 8: 24.2); 56 per
+   split fixed those but took 1 x 64K to 34 splits (27.5 us against 45: 26.0).
+   Both are a square-root law in L; the fastest counts measured grow nearly in
+   proportion to L (8 at 8K, 24 at 32K, 45 at 64K). Larger batches keep the
+   wave model's counts, and the shipped table overrides both where it has the
+   shape. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio), s, cap, best = 1;
     double best_cost = 0;
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
+    s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
+    s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
+    if (base * s <= slots) return OSCAR__CAST(int32_t, s);
     for (s = 1; s <= cap; s++) {
         const int64_t waves = (base * s + slots - 1) / slots;
         const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128) +
-                            OSCAR__CAST(double, 56 * s);
+                            OSCAR__CAST(double, 32 * s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
