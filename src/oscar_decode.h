@@ -181,7 +181,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    would not fit in one wave) the wave model: the least waves x (tokens per
    split + 128 for a CTA's fixed costs) + 32 per split.
    Session 24 measured batch 1-4 on the H200 (graph replay, bench/results/logs/
-   session24_h200.txt sections 3-7), where the wave model's per-split term alone
+   session24_h200.txt sections 3-8), where the wave model's per-split term alone
    had decided: 32 per split picked too many splits at 1 x 32K (32: 21.2 us
    against 24: 20.4), 2 x 8K and 4 x 8K (16: 30.3 us against 8: 24.2); 56 per
    split fixed those but took 1 x 64K to 34 splits (27.5 us against 45: 26.0).
