@@ -817,6 +817,34 @@ static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_to
     return plan;
 }
 
+/* The heuristic's INT2 split counts (session 24, measured on the H200): at
+   small batch, where one wave of the INT2 kernel holds them, 1.565 (L /
+   1024)^0.8 splits; otherwise the wave model. A compile-only sm_90 context
+   (4 CTAs per SM on 132 SMs: 528 slots), shapes the shipped table lacks. */
+Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600) {
+    static const struct {
+        int batch;
+        int64_t tokens;
+        int splits;
+    } cases[] = {
+        {1, 16064, 14},  /* 1 x 16K: the rule */
+        {1, 65216, 43},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
+        {4, 7872, 8},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
+        {2, 130752, 33}, /* 2 x 128K: 76 would take two waves, so the wave model: one wave */
+        {4, 32448, 16},  /* 4 x 32K: the wave model */
+        {16, 32448, 4},  /* 16 x 32K: the wave model */
+        {64, 3776, 1},   /* 512 groups: one split */
+    };
+    oscar_ctx *bare = compile_only_ctx(NULL);
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oscar_decode_plan_info p = plan_of(bare, cases[i].batch, cases[i].tokens, 0);
+        cr_assert_eq(p.int2_splits, cases[i].splits, "%d x %lld INT2 tokens: %d splits, expected %d", cases[i].batch,
+                     (long long)cases[i].tokens, p.int2_splits, cases[i].splits);
+    }
+    oscar_shutdown(bare);
+}
+
 Test(tune, plans_take_the_table_and_fall_back_to_the_heuristic, .timeout = 600) {
     char path[600], text[4096];
     oscar_ctx *ctx, *bare;
