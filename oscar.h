@@ -553,6 +553,10 @@ typedef struct oscar_page_table {
        requests_per_cta     0: chosen for the GPU (or the tuning table); else forced: the
                             requests of one KV head that each prep and per-KV-head merge CTA
                             serves, 1 .. 16 / (num_q_heads / num_kv_heads)
+       int2_warps           0: chosen (or the tuning table); else forced: warps per INT2
+                            CTA, 4 or 16 (16: ratio <= 4, head_dim <= 128, and the shared
+                            memory must fit; else OSCAR_STATUS_UNSUPPORTED). The plan takes 16
+                            for small batches with long contexts (docs/decode.md)
    Every kernel the runs need is compiled (or loaded from the cache) here. */
 typedef struct oscar_decode_plan_desc {
     uint32_t _start_canary;
@@ -565,6 +569,7 @@ typedef struct oscar_decode_plan_desc {
     int32_t int2_splits;
     int32_t window_splits;
     int32_t requests_per_cta;
+    int32_t int2_warps;
     uint32_t _end_canary;
 } oscar_decode_plan_desc;
 
@@ -580,6 +585,7 @@ typedef struct oscar_decode_plan_info {
     size_t workspace_bytes; /* what oscar_decode_run needs */
     size_t ws_q_offset, ws_o_offset, ws_lse_offset;
     uint32_t smem_int2, smem_window;
+    int32_t int2_warps;     /* warps per INT2 CTA: 4, or 16 */
     void *kernels[4];       /* prep, window, int2, merge (owned by the context) */
 } oscar_decode_plan_info;
 

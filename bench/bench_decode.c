@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     int si, i, reps = 30, warmup = 5, q_heads = 32;
     char about[2048];
     shape one;
-    int v_absorbed = 0, force_int2 = 0, force_win = 0;
+    int v_absorbed = 0, force_int2 = 0, force_win = 0, force_warps = 0;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -90,6 +90,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
             if (sscanf(argv[++i], "%d:%d", &force_int2, &force_win) != 2) {
                 printf("--splits wants INT2:WINDOW split counts (0 = the plan's), got %s\n", argv[i]);
+                return 2;
+            }
+        }
+        else if (!strcmp(argv[i], "--warps") && i + 1 < argc) {
+            force_warps = atoi(argv[++i]); /* warps per INT2 CTA; 0 = the plan's */
+            if (force_warps != 0 && force_warps != 4 && force_warps != 16) {
+                printf("--warps wants 0 (the plan's), 4 or 16 warps per INT2 CTA, got %d\n", force_warps);
                 return 2;
             }
         }
@@ -182,7 +189,7 @@ int main(int argc, char **argv) {
         }
         pd.num_q_heads = Hq, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = S->B;
         pd.max_int2_tokens = L, pd.max_window_tokens = (int32_t)W;
-        pd.int2_splits = force_int2, pd.window_splits = force_win;
+        pd.int2_splits = force_int2, pd.window_splits = force_win, pd.int2_warps = force_warps;
         BU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
         BU_CUDA(cudaMalloc(&ws, plan.workspace_bytes));
         BU_CUDA(cudaMalloc(&o, q_bytes));
@@ -261,27 +268,28 @@ int main(int argc, char **argv) {
             free(bsets);
             cudaFree(b_ip), cudaFree(b_idx), cudaFree(b_last);
         }
-        printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d | graph %6.1f %6.1f %6.2f %7.1f %6.2fx\n",
+        printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d%s | graph %6.1f %6.1f %6.2f %7.1f "
+               "%6.2fx\n",
                S->B, (long long)S->ctx, D, us, tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us,
-               bf16_us / us, plan.int2_splits, plan.window_splits, g_us, g_floor_us, g_us / g_floor_us, g_bf16_us,
-               g_bf16_us / g_us);
+               bf16_us / us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " w16" : "", g_us, g_floor_us,
+               g_us / g_floor_us, g_bf16_us, g_bf16_us / g_us);
         snprintf(md, sizeof md,
                  "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %.1f "
-                 "(spread %.1f) | %.1f | %.2f | %.1f | %.2fx | %d + %d |",
+                 "(spread %.1f) | %.1f | %.2f | %.1f | %.2fx | %d + %d%s |",
                  S->B, (long long)S->ctx, D, (long long)L, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps, floor_us,
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_us / g_floor_us, g_bf16_us,
-                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits);
+                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " (16-warp INT2 CTAs)" : "");
         snprintf(js, sizeof js,
                  "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
                  "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "
                  "\"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f, \"read_floor_us\": %.2f, \"ratio_to_floor\": %.3f, "
                  "\"bf16_time_us\": %.2f, \"speedup_vs_bf16\": %.3f, \"graph_time_us\": %.2f, \"graph_spread_us\": %.2f, "
                  "\"graph_read_floor_us\": %.2f, \"graph_bf16_time_us\": %.2f, \"graph_speedup_vs_bf16\": %.3f, "
-                 "\"int2_splits\": %d, \"window_splits\": %d}",
+                 "\"int2_splits\": %d, \"window_splits\": %d, \"int2_warps\": %d}",
                  S->B, (long long)S->ctx, D, (long long)L, (long long)W, int2_ps,
                  int2_layout == OSCAR_KV_LAYOUT_HND ? "HND" : "NHD", us, spread, bytes, tbps, tbps / rep.copy_tbps, floor_us,
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_bf16_us, g_bf16_us / g_us,
-                 plan.int2_splits, plan.window_splits);
+                 plan.int2_splits, plan.window_splits, plan.int2_warps);
         bu_report_row(&rep, md, js);
         for (k = 0; k < nsets; k++)
             cudaFree(sets[k].kc), cudaFree(sets[k].vc), cudaFree(sets[k].ks), cudaFree(sets[k].vs), cudaFree(sets[k].wk),

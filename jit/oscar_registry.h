@@ -81,6 +81,37 @@ OSCAR__PRIVATE int oscar__decode_page_template(int32_t page_size) {
 OSCAR__PRIVATE int oscar__head_tiles(int32_t group_ratio) { return group_ratio > 8 ? 2 : 1; }
 /* The INT2 kernel's HEADS: 4 (q' and p as hi | lo halves of one n-tile), 8 or 16. */
 OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <= 4 ? 4 : group_ratio <= 8 ? 8 : 16; }
+/* The INT2 decode kernel's CTA: warps (4, or OSCAR__DECODE_INT2_WIDE for
+   small batches with long contexts), each streaming 32-token tiles through
+   4 shared-memory stages; the end-of-CTA combine of its warps' states
+   reuses that memory. */
+#define OSCAR__DECODE_INT2_TOK 32
+#define OSCAR__DECODE_INT2_STAGES 4
+#define OSCAR__DECODE_WARPS 4
+#define OSCAR__DECODE_INT2_WIDE 16
+/* sm_90's shared memory per block (opt-in): where a context cannot say */
+#define OSCAR__SM90_MAX_SMEM_OPTIN 232448
+/* Shared memory of the two attention kernels: the cp.async pipelines, or the
+   end-of-CTA combine of the CTA's warps, whichever is larger. */
+OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int warps, int head_dim, int group_ratio) {
+    int nh = oscar__head_tiles(group_ratio);
+    return OSCAR__CAST(uint32_t, warps * nh * 8 * (2 + head_dim) * 4);
+}
+OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, int group_ratio, int warps) {
+    int q4 = head_dim / 4, sc = 8 * (head_dim / group_size);
+    uint32_t pipe = OSCAR__CAST(uint32_t, warps * OSCAR__DECODE_INT2_STAGES * OSCAR__DECODE_INT2_TOK * (2 * q4 + 2 * sc));
+    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(warps, head_dim, group_ratio));
+}
+/* Whether the INT2 kernel exists with `warps` per CTA for this geometry and
+   fits smem_limit bytes of shared memory: 4 always; 16 (decode_int2_kernel's
+   static_assert) with 4 heads per lane group (ratio <= 4) at head dim 64 or
+   128, within the limit (at D 128 group 32 it needs 256 KB: never on sm_90). */
+OSCAR__PRIVATE int oscar__decode_int2_warps_exist(int head_dim, int group_size, int group_ratio, int warps,
+                                                  int64_t smem_limit) {
+    if (warps == OSCAR__DECODE_WARPS) return 1;
+    return warps == OSCAR__DECODE_INT2_WIDE && oscar__int2_heads(group_ratio) == 4 && head_dim <= 128 &&
+           oscar__decode_int2_smem(head_dim, group_size, group_ratio, warps) <= smem_limit;
+}
 /* The window kernel: head tiles from the group ratio, the cache's dtype, warps per CTA (2 or 4) */
 OSCAR__PRIVATE void oscar__name_decode_window(char *out, size_t cap, int head_dim, int group_ratio, int kv_dtype,
                                               int warps) {
@@ -101,6 +132,15 @@ OSCAR__PRIVATE void oscar__name_decode(char *out, size_t cap, int which, int hea
         break;
     default: snprintf(out, cap, "oscar::decode_merge_head_kernel<%d>", head_dim); break;
     }
+}
+/* The INT2 kernel with `warps` per CTA (the 4-warp one by its usual name) */
+OSCAR__PRIVATE void oscar__name_decode_int2(char *out, size_t cap, int head_dim, int group_size, int page_size,
+                                            int group_ratio, int scale_layout, int warps) {
+    if (warps == OSCAR__DECODE_WARPS)
+        oscar__name_decode(out, cap, 2, head_dim, group_size, page_size, group_ratio, scale_layout);
+    else
+        snprintf(out, cap, "oscar::decode_int2_kernel<%d, %d, %d, %d, %d, %d>", head_dim, group_size,
+                 oscar__decode_page_template(page_size), oscar__int2_heads(group_ratio), scale_layout, warps);
 }
 /* The per-KV-head merge: rows (request, head) per CTA (4, 8 or 16) and CTAs
    per group, each finishing head_dim / dim_split output dims (1, or 4 at 256). */
@@ -181,6 +221,11 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                     for (sl = OSCAR_K_SCALE_F16_SCALE_MIN; sl <= OSCAR_K_SCALE_F32_SCALE_ZERO; sl++) {
                         oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, sl);
                         oscar__registry_add("decode.cuh", "%s", name);
+                        /* the 16-warp CTAs where sm_90 can run them (oscar__decode_int2_warps) */
+                        if (oscar__decode_int2_warps_exist(hd, gs, nh, OSCAR__DECODE_INT2_WIDE, OSCAR__SM90_MAX_SMEM_OPTIN)) {
+                            oscar__name_decode_int2(name, sizeof name, hd, gs, pss[pi], nh, sl, OSCAR__DECODE_INT2_WIDE);
+                            oscar__registry_add("decode.cuh", "%s", name);
+                        }
                     }
                 }
             }

@@ -45,6 +45,9 @@
    heads c + 4j: their logits for tokens g, g + 8 of each 16-token sub-tile,
    softmax state and output columns; p moves to the PV B layout with
    movmatrix. Softmax is online in base 2 with f32 state per head.
+   v18 (session 25): 16-warp INT2 CTAs for small batches with long contexts
+   (a template parameter; the plan's choice): 1 x 256K 59 -> 53 us on the H200.
+   v12-v17: docs/decode.md.
    v11: prep's q loads all in flight (raw values first, one scale; v10's
    change there had not taken effect: SASS), and the per-head merge loads its
    first split partials with the weights' round trip instead of three round
@@ -746,8 +749,27 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
    the kernel is latency-bound: 4.2 warps per scheduler, 1.3 eligible, issue
    slots 50% busy (ncu, 8 x 32K). D 256 at 96 registers spilled ~360 B and
    ran 302 instead of 246 us at 8 x 32K: 1 (the registers decide). */
-template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS, int SCALE_LAYOUT>
-__global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEAD_DIM == 128 && GROUP_SIZE == 128 ? 4 : 1) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
+/* WARPS (v18, session 25): 4, or 16 for small batches with long contexts
+   (oscar__decode_int2_warps: HEADS 4, D <= 128, where the 4-warp plan would
+   take 32 or more splits). A 16-warp CTA is one per SM with the registers
+   of four 4-warp CTAs, so a group's split count drops four-fold for the
+   same warps per SM; its warps' states meet in the CTA combine instead of
+   the merge. H200, graph replay, same call (bench/results/logs/
+   session25_h200.txt): 1 x 128K 36.1-36.4 -> 34.9 us with 16 splits of 16
+   warps against 64 of 4, 1 x 256K 58.8-59.0 -> 52.8, 1 x 128K at D 64
+   30.7-30.8 -> 25.2; slower where the 4-warp plan has few splits (8 x 32K
+   60.1 -> 63.4, 4 x 32K 43.3 -> 45.2). */
+namespace detail {
+/* CTAs per SM the INT2 kernel's launch bounds ask for: the 4-warp kernel's
+   (above), divided by 4 for 16-warp CTAs: the same registers per thread */
+template <int HEAD_DIM, int GROUP_SIZE, int HEADS, int WARPS>
+struct int2_min_ctas {
+    static constexpr int FOUR = HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEAD_DIM == 128 && GROUP_SIZE == 128 ? 4 : 1;
+    static constexpr int VALUE = FOUR * 4 / WARPS < 1 ? 1 : FOUR * 4 / WARPS;
+};
+}  // namespace detail
+template <int HEAD_DIM, int GROUP_SIZE, int PAGE_SIZE, int HEADS, int SCALE_LAYOUT, int WARPS = 4>
+__global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GROUP_SIZE, HEADS, WARPS>::VALUE) decode_int2_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
     constexpr int HS = HEADS / 4;            /* head slots per lane */
@@ -756,7 +778,8 @@ __global__ void __launch_bounds__(128, HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEA
     constexpr int NV = PACK ? 1 : HEADS / 8; /* PV n-tiles */
     constexpr int NHC = HEADS > 8 ? 2 : 1;   /* 8-head tiles of the CTA combine */
     constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KSI = D / 32, MT = D / 16;
-    constexpr int TOK = 32, STAGES = 4, WARPS = 4, SC = 8 * G; /* scale bytes reserved per token and side */
+    static_assert(WARPS == 4 || (WARPS == 16 && HEADS == 4 && HEAD_DIM <= 128), "warps per INT2 CTA");
+    constexpr int TOK = 32, STAGES = 4, SC = 8 * G; /* scale bytes reserved per token and side */
     constexpr int CODE_BYTES = TOK * Q4, STAGE_BYTES = 2 * CODE_BYTES + 2 * TOK * SC;
     constexpr int NBLK = D >= 128 ? Q4 / 32 : 1;
     constexpr int ADV = WARPS * TOK;         /* tokens from one of a warp's tiles to its next */

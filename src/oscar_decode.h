@@ -5,26 +5,12 @@
 #define OSCAR_DECODE_H_INCLUDED
 
 #define OSCAR__PLAN_MAGIC 0x05CA2DECu
-#define OSCAR__DECODE_INT2_TOK 32
-#define OSCAR__DECODE_INT2_STAGES 4
-#define OSCAR__DECODE_WARPS 4
 #define OSCAR__DECODE_WIN_TOK 16
 #define OSCAR__DECODE_WIN_STAGES 2
 
 OSCAR__PRIVATE size_t oscar__align256(size_t x) { return (x + 255) & ~OSCAR__CAST(size_t, 255); }
 
-/* Shared memory of the two attention kernels: the cp.async pipelines, or the
-   end-of-CTA combine of the CTA's warps, whichever is larger. */
-OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int warps, int head_dim, int group_ratio) {
-    int nh = oscar__head_tiles(group_ratio);
-    return OSCAR__CAST(uint32_t, warps * nh * 8 * (2 + head_dim) * 4);
-}
-OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, int group_ratio) {
-    int q4 = head_dim / 4, sc = 8 * (head_dim / group_size);
-    uint32_t pipe = OSCAR__CAST(uint32_t, OSCAR__DECODE_WARPS * OSCAR__DECODE_INT2_STAGES * OSCAR__DECODE_INT2_TOK *
-                                              (2 * q4 + 2 * sc));
-    return OSCAR__MAX(pipe, oscar__decode_combine_bytes(OSCAR__DECODE_WARPS, head_dim, group_ratio));
-}
+/* Shared memory of the window kernel (the INT2 kernel's: jit/oscar_registry.h) */
 OSCAR__PRIVATE uint32_t oscar__decode_window_smem(int head_dim, int group_ratio, int warps) {
     uint32_t pipe = OSCAR__CAST(uint32_t, warps * OSCAR__DECODE_WIN_STAGES * 2 * OSCAR__DECODE_WIN_TOK * head_dim * 2);
     return OSCAR__MAX(pipe, oscar__decode_combine_bytes(warps, head_dim, group_ratio));
@@ -148,29 +134,31 @@ OSCAR__PRIVATE int oscar__decode_merge_rows(const oscar_ctx *ctx, const oscar_de
     return rows <= 4 ? 4 : rows <= 8 ? 8 : 16;
 }
 
-/* Resident INT2 CTAs on the whole device: the kernel's measured occupancy
-   (cuOccupancyMaxActiveBlocksPerMultiprocessor) x SMs; 4 per SM when it
-   cannot be asked (CPU backend, compile-only contexts, a failed probe). */
-OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio) {
-    int64_t per_sm = 4;
+/* Resident INT2 CTAs of `warps` warps on the whole device: the kernel's
+   measured occupancy (cuOccupancyMaxActiveBlocksPerMultiprocessor) x SMs; 4
+   per SM (1 for 16-warp CTAs) when it cannot be asked (CPU backend,
+   compile-only contexts, a failed probe). */
+OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
+                                                int warps) {
+    int64_t per_sm = warps == OSCAR__DECODE_WARPS ? 4 : 1;
     if (ctx->backend == OSCAR_BACKEND_CUDA && !ctx->compile_only && ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor) {
         char name[192];
         oscar__kernel *k = NULL;
         int n = 0;
-        uint32_t smem = oscar__decode_int2_smem(pl->head_dim, pl->group_size, ratio);
-        oscar__name_decode(name, sizeof name, 2, pl->head_dim, pl->group_size, pl->page_size, ratio,
-                           OSCAR__CAST(int, pl->scale_layout));
+        uint32_t smem = oscar__decode_int2_smem(pl->head_dim, pl->group_size, ratio, warps);
+        oscar__name_decode_int2(name, sizeof name, pl->head_dim, pl->group_size, pl->page_size, ratio,
+                                OSCAR__CAST(int, pl->scale_layout), warps);
         if (oscar__jit_get(ctx, "decode.cuh", name, &k) == OSCAR_OK) {
             const int pushed = oscar__push_if_needed(ctx);
             if (pushed >= 0) {
                 if (smem <= 48 * 1024 || ctx->cu.cuFuncSetAttribute(k->function, OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM,
                                                                      OSCAR__CAST(int, smem)) == 0)
-                    if (ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, k->function, 128, smem) == 0 && n > 0)
+                    if (ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, k->function, 32 * warps, smem) == 0 && n > 0)
                         per_sm = n;
                 if (pushed) oscar__pop(ctx);
             }
         }
-        oscar__clear_error(ctx); /* a failed probe only falls back to 4 */
+        oscar__clear_error(ctx); /* a failed probe only falls back to the default */
     }
     return per_sm * oscar__decode_sms(ctx);
 }
@@ -191,7 +179,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    shape. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
-    int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio), s, cap, best = 1;
+    int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
     double best_cost = 0;
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
@@ -204,6 +192,46 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
+}
+
+/* The split count of 16-warp INT2 CTAs: one wave of them (one per SM where
+   the occupancy cannot be asked), each split at least 256 tokens, <= 128. */
+OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
+                                                      int64_t base, int64_t L) {
+    const int64_t wave = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_INT2_WIDE) / base;
+    return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), wave)));
+}
+/* Shared memory per block a plan may use: the device's, sm_90's where the
+   context has no device (CPU backend, compile-only contexts). */
+OSCAR__PRIVATE int64_t oscar__decode_smem_limit(const oscar_ctx *ctx) {
+    return ctx->max_smem_optin > 0 ? ctx->max_smem_optin : OSCAR__SM90_MAX_SMEM_OPTIN;
+}
+/* Warps per INT2 CTA, and with 16 its split count (*splits). 16 where the
+   kernel exists for the geometry (oscar__decode_int2_warps_exist), the
+   4-warp count s4 is 32 or more (a small batch with a long context), and
+   one wave of 16-warp CTAs (one per SM) gives each split at least 6144
+   tokens: s = resident 16-warp CTAs / (batch x KV heads). Else 4.
+   Session 25 on the H200 (graph replay, same call; bench/results/logs/
+   session25_h200.txt sections 1-3), 16 warps against the 4-warp plan:
+   1 x 128K 34.9 against 36.1-36.5 us (16 splits against 64), 1 x 256K 52.8-53.0
+   against 58.8-60.3 (16 / 66), 2 x 128K 53.3 against 59.0 (8 / 33), 2 x 64K
+   41.9 against 43.5 (8 / 33), 1 x 128K at D 64 25.2-25.7 against 30.7-31.4
+   (16 / 76). Where s4 is small the 16-warp CTAs lose: 8 x 32K 63.4 against
+   60.1 (s4 8), 4 x 32K 45.2 against 43.3 (16), 1 x 32K 21.1 against 20.3
+   (25); at 1 x 64K (s4 43) they tie at 12 splits (25.7 against 25.2-25.6)
+   and lose at 16 (32.0: each split's 4K tokens end before the window
+   CTAs, squeezed onto the 4 SMs the INT2 grid leaves, do). */
+OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
+                                                int64_t base, int64_t L, int32_t s4, int32_t *splits) {
+    int32_t s;
+    *splits = s4;
+    if (s4 < 32 || !oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, OSCAR__DECODE_INT2_WIDE,
+                                                   oscar__decode_smem_limit(ctx)))
+        return OSCAR__DECODE_WARPS;
+    s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
+    if (L < 6144 * OSCAR__CAST(int64_t, s)) return OSCAR__DECODE_WARPS;
+    *splits = s;
+    return OSCAR__DECODE_INT2_WIDE;
 }
 
 OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
@@ -244,6 +272,11 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                             desc->window_splits <= 128,
                     "desc.int2_splits = %d, window_splits = %d; expected 0 (automatic) .. 128", desc->int2_splits,
                     desc->window_splits);
+    OSCAR__VALIDATE(&v,
+                    desc->int2_warps == 0 || desc->int2_warps == OSCAR__DECODE_WARPS ||
+                        desc->int2_warps == OSCAR__DECODE_INT2_WIDE,
+                    "desc.int2_warps = %d; expected 0 (automatic), %d or %d", desc->int2_warps, OSCAR__DECODE_WARPS,
+                    OSCAR__DECODE_INT2_WIDE);
     OSCAR__VALIDATE(&v, desc->requests_per_cta >= 0 && (ratio < 1 || desc->requests_per_cta * ratio <= OSCAR_K_PREP_ROWS),
                     "desc.requests_per_cta = %d with %d query heads per KV head; expected 0 (automatic) or at most "
                     "%d rows per CTA (requests x heads per KV head)",
@@ -254,6 +287,15 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     }
     st = oscar__validate_end(&v);
     if (st != OSCAR_OK) return st;
+    if (desc->int2_warps == OSCAR__DECODE_INT2_WIDE &&
+        !oscar__decode_int2_warps_exist(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE,
+                                        oscar__decode_smem_limit(ctx)))
+        return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED,
+                           "oscar_decode_plan: desc.int2_warps = %d needs at most 4 query heads per KV head (have %d), "
+                           "head_dim <= 128 (have %d) and %u bytes of shared memory per block (this device allows %lld)",
+                           desc->int2_warps, ratio, pool.head_dim,
+                           oscar__decode_int2_smem(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE),
+                           OSCAR__CAST(long long, oscar__decode_smem_limit(ctx)));
 
     memset(&pl, 0, sizeof pl);
     pl.magic = OSCAR__PLAN_MAGIC;
@@ -272,9 +314,21 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
     target = 4 * oscar__decode_sms(ctx);
     max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
-    pl.int2_splits = desc->max_int2_tokens == 0 ? 0 /* no INT2 tier (e.g. the BF16 baseline) */
-                     : desc->int2_splits ? desc->int2_splits
-                                         : oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
+    /* INT2 warps per CTA and splits: forced, or by the heuristics above */
+    pl.int2_warps = desc->int2_warps ? desc->int2_warps : OSCAR__DECODE_WARPS;
+    if (desc->max_int2_tokens == 0)
+        pl.int2_splits = 0; /* no INT2 tier (e.g. the BF16 baseline) */
+    else if (desc->int2_splits)
+        pl.int2_splits = desc->int2_splits;
+    else if (desc->int2_warps == OSCAR__DECODE_INT2_WIDE)
+        pl.int2_splits = oscar__decode_int2_wide_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
+    else {
+        const int32_t s4 = oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
+        if (desc->int2_warps == OSCAR__DECODE_WARPS)
+            pl.int2_splits = s4;
+        else
+            pl.int2_warps = oscar__decode_int2_warps(ctx, &pl, ratio, base, desc->max_int2_tokens, s4, &pl.int2_splits);
+    }
     pl.window_splits = !pl.has_window ? 0
                        : desc->window_splits
                            ? desc->window_splits
@@ -302,7 +356,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     pl.workspace_bytes = pl.ws_lse_offset + oscar__align256(B * Hq * splits_total * 4) +
                          oscar__align256(B * OSCAR__CAST(size_t, pl.num_kv_heads) * 4);
     if (ctx->backend == OSCAR_BACKEND_CPU) pl.workspace_bytes = 0; /* the C reference needs none */
-    pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio);
+    pl.smem_int2 = oscar__decode_int2_smem(pl.head_dim, pl.group_size, ratio, pl.int2_warps);
     pl.smem_window = oscar__decode_window_smem(pl.head_dim, ratio, oscar__decode_window_warps(ctx, &pl));
     if (ctx->backend == OSCAR_BACKEND_CUDA) {
         if (!ctx->compile_only && OSCAR__CAST(int32_t, OSCAR__MAX(pl.smem_int2, pl.smem_window)) > ctx->max_smem_optin)
@@ -320,6 +374,9 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             else if (i == 1)
                 oscar__name_decode_window(name, sizeof name, pl.head_dim, ratio, pl.window_dtype,
                                           oscar__decode_window_warps(ctx, &pl));
+            else if (i == 2)
+                oscar__name_decode_int2(name, sizeof name, pl.head_dim, pl.group_size, pl.page_size, ratio,
+                                        OSCAR__CAST(int, pl.scale_layout), pl.int2_warps);
             else
                 oscar__name_decode(name, sizeof name, i == 3 ? 4 : i, pl.head_dim, pl.group_size, pl.page_size, ratio,
                                    OSCAR__CAST(int, pl.scale_layout));
@@ -474,7 +531,8 @@ OSCAR_API oscar_status oscar_decode_run(oscar_ctx *ctx, const oscar_decode_plan_
                               OSCAR__CAST(unsigned, oscar__decode_prep_smem(plan->head_dim)), stream, &p, 0);
         if (st == OSCAR_OK)
             st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[2]),
-                                  OSCAR__CAST(unsigned, plan->int2_splits), Hkv, B, 128, plan->smem_int2, stream, &p, 1);
+                                  OSCAR__CAST(unsigned, plan->int2_splits), Hkv, B,
+                                  32 * OSCAR__CAST(unsigned, plan->int2_warps), plan->smem_int2, stream, &p, 1);
     }
     if (st == OSCAR_OK && plan->has_window)
         st = oscar__launch_ex(ctx, OSCAR__CAST(oscar__kernel *, plan->kernels[1]),

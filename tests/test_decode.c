@@ -29,6 +29,7 @@ typedef struct dcase {
     const int64_t *int2_cap, *win_cap; /* pool capacity per request (NULL: the lengths) */
     int int2_splits, window_splits;
     int requests_per_cta; /* 0: the plan's (table or heuristic) */
+    int int2_warps;       /* 0: the plan's; 4 or 16 forced */
     int no_window; /* plan and run without a window tier (window lengths must be 0) */
     oscar_lse_base lse_base;
     int64_t max_int2, max_win; /* planned maxima (0: the lengths' max) */
@@ -197,6 +198,7 @@ static void prob_plan(oscar_ctx *ctx, dprob *P) {
     pd.int2_splits = P->c.int2_splits;
     pd.window_splits = P->c.window_splits;
     pd.requests_per_cta = P->c.requests_per_cta;
+    pd.int2_warps = P->c.int2_warps;
     TU_OK(ctx, oscar_decode_plan(ctx, &pd, &P->plan));
 }
 
@@ -735,6 +737,58 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
+/* 16-warp INT2 CTAs (v18), forced, on every class that has them (ratio <= 4,
+   head dim <= 128, the stages within sm_90's shared memory): the batch mixes
+   lengths that leave most of a CTA's 16 warps without a tile (empty, 1, 3,
+   777 tokens) with long ones, at the plan's one-wave split count and at 1, 3
+   and 17 splits, workspace and outputs poisoned before each run. The plan's
+   own choice of 16 warps at 1 x 128K runs in large_batch_and_long_context. */
+Test(decode_gpu, int2_warps_16_every_class, .timeout = 1200) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t il[8] = {0, 3, 0, 40000, 4099, 777, 1, 12345};
+    static const int64_t wl[8] = {64, 320, 200, 0, 320, 1, 0, 263};
+    static const gpu_class classes[] = {
+        {"D128 G128 P16 r4 f16-scales absorbed", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
+        {"D128 G128 P1 r4 f32-scales R_v", 128, 128, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+        {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
+        {"D128 G64 P16 r2 f16", 128, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D64 G32 P1 r4 f32", 64, 32, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+    };
+    static const int splits[4] = {0, 1, 3, 17};
+    size_t ci;
+    for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
+        const gpu_class *k = &classes[ci];
+        dcase c = {0};
+        dprob P;
+        double *o_ref, *lse_ref;
+        int i;
+        c.B = 8, c.Hkv = k->Hkv, c.Hq = k->Hkv * k->ratio, c.D = k->D, c.GS = k->GS, c.ps = k->ps, c.wps = 16;
+        c.scale_layout = k->layout, c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
+        c.win_layout = ci % 3 ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
+        c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
+        c.int2_len = il, c.win_len = wl;
+        c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
+        c.int2_warps = 16;
+        prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
+        for (i = 0; i < 4; i++) {
+            char what[96];
+            derr e;
+            P.c.int2_splits = splits[i];
+            snprintf(what, sizeof what, "%s, 16 warps, %d splits", k->name, splits[i]);
+            e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+            cr_assert(P.plan.int2_warps == 16, "%s: the plan has %d warps per INT2 CTA", what, P.plan.int2_warps);
+            cr_log_info("%-48s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
+                        e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
+        }
+        free(o_ref), free(lse_ref);
+        prob_free(&P);
+    }
+    oscar_shutdown(gpu);
+}
+
 /* Without a window tier (an engine that attends its own bf16 tokens and
    merges with merge_states): the INT2 part alone, prep -> INT2 -> merge with
    no window kernel in between; with a soft-cap, a group of 64, and 0 (the
@@ -787,8 +841,10 @@ Test(decode_gpu, large_batch_and_long_context, .timeout = 1200) {
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, names[which]);
-        cr_log_info("%s: max rel. error %.2e, max |lse error| %.2e (splits %d + %d)", names[which], e.max_rel, e.max_lse,
-                    P.plan.int2_splits, P.plan.window_splits);
+        cr_log_info("%s: max rel. error %.2e, max |lse error| %.2e (splits %d + %d, %d warps per INT2 CTA)", names[which],
+                    e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits, P.plan.int2_warps);
+        /* 1 x 128K is where the plan takes 16-warp INT2 CTAs (v18): they run here */
+        if (which == 1) cr_assert_eq(P.plan.int2_warps, 16);
         free(o_ref), free(lse_ref), free(il), free(wl);
         prob_free(&P);
     }

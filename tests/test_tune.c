@@ -804,16 +804,23 @@ Test(tune, requests_per_cta_from_the_table_the_desc_or_the_heuristic, .timeout =
     remove_tmp_dir();
 }
 
-static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2) {
+/* A decode plan of 8 KV heads (head dim, group, query heads and forced INT2
+   warps as given); returns oscar_decode_plan's status, the plan in *plan. */
+static oscar_status plan_geometry(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2, int head_dim,
+                                  int group, int q_heads, int forced_warps, oscar_decode_plan_info *plan) {
     oscar_int2_pool_desc pool = {0};
     oscar_window_pool_desc win = {0};
     oscar_decode_plan_desc pd = {0};
-    oscar_decode_plan_info plan;
-    pool.head_dim = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+    pool.head_dim = head_dim, pool.group_size = group, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
     win.num_pages = 64, win.page_size = 16;
-    pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = batch;
+    pd.num_q_heads = q_heads, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = batch;
     pd.max_int2_tokens = int2_tokens, pd.max_window_tokens = 320, pd.int2_splits = forced_int2;
-    TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+    pd.int2_warps = forced_warps;
+    return oscar_decode_plan(ctx, &pd, plan);
+}
+static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2) {
+    oscar_decode_plan_info plan;
+    TU_OK(ctx, plan_geometry(ctx, batch, int2_tokens, forced_int2, 128, 128, 32, 0, &plan));
     return plan;
 }
 
@@ -830,7 +837,7 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         {1, 16064, 14},  /* 1 x 16K: the rule */
         {1, 65216, 43},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
         {4, 7872, 8},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
-        {2, 130752, 33}, /* 2 x 128K: 76 would take two waves, so the wave model: one wave */
+        {4, 65216, 16},  /* 4 x 64K: 76 would take two waves, so the wave model: one wave */
         {4, 32448, 16},  /* 4 x 32K: the wave model */
         {16, 32448, 4},  /* 16 x 32K: the wave model */
         {64, 3776, 1},   /* 512 groups: one split */
@@ -841,7 +848,104 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         oscar_decode_plan_info p = plan_of(bare, cases[i].batch, cases[i].tokens, 0);
         cr_assert_eq(p.int2_splits, cases[i].splits, "%d x %lld INT2 tokens: %d splits, expected %d", cases[i].batch,
                      (long long)cases[i].tokens, p.int2_splits, cases[i].splits);
+        cr_assert_eq(p.int2_warps, 4, "%d x %lld INT2 tokens: %d warps per INT2 CTA, expected 4", cases[i].batch,
+                     (long long)cases[i].tokens, p.int2_warps);
     }
+    /* the 4-warp rule where the plan would take 16-warp CTAs: 2 x 128K in one wave */
+    {
+        oscar_decode_plan_info p;
+        TU_OK(bare, plan_geometry(bare, 2, 130752, 0, 128, 128, 32, 4, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 33, "2 x 128K with 4 warps forced: %d warps, %d splits",
+                  p.int2_warps, p.int2_splits);
+    }
+    oscar_shutdown(bare);
+}
+
+/* Warps per INT2 CTA (session 25, measured on the H200): 16 where the 4-warp
+   count is >= 32 and one wave of 16-warp CTAs (one per SM: 132 on the
+   compile-only sm_90 context) gives each split >= 6144 tokens; only where
+   that kernel exists (ratio <= 4, head dim <= 128, its shared memory within
+   sm_90's 227 KB). Forced values, their validation, and tables with and
+   without int2_warps. */
+Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
+    static const struct {
+        int batch;
+        int64_t tokens;
+        int head_dim, group, q_heads;
+        int warps, splits;
+    } cases[] = {
+        {1, 130752, 128, 128, 32, 16, 16}, /* 1 x 128K: 36.1-36.5 -> 34.9 us measured */
+        {1, 261824, 128, 128, 32, 16, 16}, /* 1 x 256K: 58.8-60.3 -> 52.8-53.0 */
+        {2, 130752, 128, 128, 32, 16, 8},  /* 2 x 128K: 59.0 -> 53.3 */
+        {2, 65216, 128, 128, 32, 16, 8},   /* 2 x 64K: 43.5 -> 41.9 */
+        {1, 130752, 64, 64, 32, 16, 16},   /* D 64: 30.7-31.4 -> 25.2-25.7 */
+        {1, 130752, 128, 64, 32, 16, 16},  /* group 64: 192 KB of stages */
+        {1, 65216, 128, 128, 32, 4, 43},   /* 1 x 64K: 4K tokens per 16-warp split (32.0 against 25.2-25.6) */
+        {4, 32448, 128, 128, 32, 4, 16},   /* 4 x 32K: 4-warp count 16 (45.2 against 43.3) */
+        {1, 32448, 128, 128, 32, 4, 25},   /* 1 x 32K: 25 (21.1 against 20.3) */
+        {8, 32448, 128, 128, 32, 4, 8},    /* 8 x 32K: 8 (63.4 against 60.1) */
+        {1, 130752, 256, 256, 32, 4, 64},  /* no 16-warp kernel at D 256 */
+        {1, 130752, 128, 32, 32, 4, 64},   /* group 32 at D 128: 256 KB of stages */
+        {1, 130752, 128, 128, 64, 4, 64},  /* ratio 8: no 16-warp kernel */
+    };
+    char path[600], text[4096], prov[512], dsrc[17];
+    oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
+    oscar_decode_plan_info p;
+    oscar_status st;
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TU_OK(bare, plan_geometry(bare, cases[i].batch, cases[i].tokens, 0, cases[i].head_dim, cases[i].group,
+                                  cases[i].q_heads, 0, &p));
+        cr_assert(p.int2_warps == cases[i].warps && p.int2_splits == cases[i].splits,
+                  "%d x %lld, D %d, group %d, %d q heads: %d warps x %d splits, expected %d x %d", cases[i].batch,
+                  (long long)cases[i].tokens, cases[i].head_dim, cases[i].group, cases[i].q_heads, p.int2_warps,
+                  p.int2_splits, cases[i].warps, cases[i].splits);
+        cr_assert_eq(p.smem_int2, oscar__decode_int2_smem(cases[i].head_dim, cases[i].group, cases[i].q_heads / 8, p.int2_warps));
+    }
+    /* forced: 16 with automatic splits (one wave), 16 with forced splits, 4 */
+    TU_OK(bare, plan_geometry(bare, 8, 32448, 0, 128, 128, 32, 16, &p));
+    cr_assert(p.int2_warps == 16 && p.int2_splits == 2, "8 x 32K, 16 forced: %d x %d (one wave: 132 / 64)", p.int2_warps,
+              p.int2_splits);
+    TU_OK(bare, plan_geometry(bare, 1, 32448, 5, 128, 128, 32, 16, &p));
+    cr_assert(p.int2_warps == 16 && p.int2_splits == 5);
+    TU_OK(bare, plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 4, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 64);
+    /* forced splits with automatic warps: 4 warps (the splits' meaning stays) */
+    TU_OK(bare, plan_geometry(bare, 1, 130752, 16, 128, 128, 32, 0, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 16);
+    /* bad values: a status and a sentence naming the field */
+    st = plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 8, &p);
+    cr_assert(st == OSCAR_STATUS_INVALID_ARGUMENT && strstr(oscar_last_error(bare), "desc.int2_warps = 8"), "%s",
+              oscar_last_error(bare));
+    st = plan_geometry(bare, 1, 130752, 0, 256, 256, 32, 16, &p);
+    cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "desc.int2_warps = 16") &&
+                  strstr(oscar_last_error(bare), "head_dim <= 128 (have 256)"),
+              "%s", oscar_last_error(bare));
+    st = plan_geometry(bare, 1, 130752, 0, 128, 128, 64, 16, &p);
+    cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "(have 8)"), "%s", oscar_last_error(bare));
+    /* a table: an entry with int2_warps takes them with its splits; one
+       without (tuned before int2_warps) means 4 warps with its splits */
+    make_tmp_dir();
+    snprintf(path, sizeof path, "%s/warps_table.txt", tmp_dir);
+    provenance_line(bare, prov, sizeof prov, 90, OSCAR_VERSION_STRING);
+    oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, dsrc);
+    snprintf(text, sizeof text,
+             "oscar-tune-table format=1\n%s"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=131072 src=%s "
+             "int2_splits=8 window_splits=2 int2_warps=16\n"
+             "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=2 context=131072 src=%s "
+             "int2_splits=32 window_splits=2\n",
+             prov, dsrc, dsrc);
+    write_text(path, text);
+    ctx = compile_only_ctx(path);
+    TU_OK(ctx, plan_geometry(ctx, 1, 130752, 0, 128, 128, 32, 0, &p));
+    cr_assert(p.int2_warps == 16 && p.int2_splits == 8, "table 16 x 8: %d x %d", p.int2_warps, p.int2_splits);
+    TU_OK(ctx, plan_geometry(ctx, 2, 130752, 0, 128, 128, 32, 0, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 32, "table 32 splits, no warps: %d x %d", p.int2_warps, p.int2_splits);
+    /* a forced warps count wins over the table (and its splits) */
+    TU_OK(ctx, plan_geometry(ctx, 1, 130752, 0, 128, 128, 32, 4, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 64);
+    oscar_shutdown(ctx);
     oscar_shutdown(bare);
 }
 

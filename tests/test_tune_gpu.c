@@ -84,8 +84,9 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     cr_assert(strstr(rep.rejected, "o rel. err") != NULL, "rejected: %s", rep.rejected);
     cr_assert(strncmp(rep.params, "int2_splits=2 ", 14) != 0, "a rejected candidate was kept: %s", rep.params);
     /* every other candidate passes the output check (split counts change only the summation order) */
-    /* 5 window split counts x 2 requests per CTA (1, 2: at most the batch of 2, 2 x 4 heads per KV head <= 16 rows) */
-    cr_assert_eq(rep.num_rejected, 10, "expected the 10 int2_splits=2 candidates rejected, got %d: %s", rep.num_rejected,
+    /* 5 window split counts x 2 requests per CTA (1, 2: at most the batch of 2, 2 x 4 heads per KV head <= 16 rows)
+       x 2 warps per INT2 CTA (4, and 16: 2 splits x 16 groups fit one wave of 132 16-warp CTAs) */
+    cr_assert_eq(rep.num_rejected, 20, "expected the 20 int2_splits=2 candidates rejected, got %d: %s", rep.num_rejected,
                  rep.rejected);
     /* the slowed candidate is never kept, and nothing slower than the default is */
     cr_assert(strncmp(rep.params, "int2_splits=4 ", 14) != 0, "the slowed candidate was kept: %s", rep.params);
@@ -106,8 +107,8 @@ Test(tune_gpu, decode_rejects_wrong_and_never_keeps_slower_candidates, .timeout 
     pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 2;
     pd.max_int2_tokens = 4096, pd.max_window_tokens = 320;
     TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
-    snprintf(want, sizeof want, "int2_splits=%d window_splits=%d requests_per_cta=%d", plan.int2_splits,
-             plan.window_splits, plan.requests_per_cta);
+    snprintf(want, sizeof want, "int2_splits=%d window_splits=%d requests_per_cta=%d int2_warps=%d", plan.int2_splits,
+             plan.window_splits, plan.requests_per_cta, plan.int2_warps);
     cr_assert_str_eq(want, rep.params, "the plan after tuning took %s", want);
 
     /* the table file: written atomically, loaded back on this device */

@@ -50,7 +50,7 @@ enum {
     OSCAR__TK_DEC_BATCH,
     OSCAR__TK_DEC_CONTEXT
 };
-enum { OSCAR__TP_DEC_INT2_SPLITS = 0, OSCAR__TP_DEC_WINDOW_SPLITS, OSCAR__TP_DEC_REQUESTS_PER_CTA };
+enum { OSCAR__TP_DEC_INT2_SPLITS = 0, OSCAR__TP_DEC_WINDOW_SPLITS, OSCAR__TP_DEC_REQUESTS_PER_CTA, OSCAR__TP_DEC_INT2_WARPS };
 enum { OSCAR__TK_MRG_HEAD_DIM = 0, OSCAR__TK_MRG_STATES, OSCAR__TK_MRG_DTYPE, OSCAR__TK_MRG_ROWS };
 enum { OSCAR__TP_MRG_ROWS_PER_CTA = 0 };
 /* Quantize keys: what selects the instantiation (head dim, group size, source
@@ -88,9 +88,9 @@ static const oscar__tune_family_def oscar__tune_families[OSCAR__TUNE_FAMILY_COUN
      {"head_dim", "group", "page", "ratio", "scale", "window", "batch", "context"},
      {OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_SCALE,
       OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
-     3,
+     4,
      {{"int2_splits", 8, {1, 2, 4, 8, 16, 32, 64, 128}}, {"window_splits", 5, {1, 2, 4, 8, 16}},
-      {"requests_per_cta", 5, {1, 2, 4, 8, 16}}},
+      {"requests_per_cta", 5, {1, 2, 4, 8, 16}}, {"int2_warps", 2, {OSCAR__DECODE_WARPS, OSCAR__DECODE_INT2_WIDE}}},
      {"decode.cuh", "common.cuh", "oscar_params.h"}},
     {"merge_states",
      4,
@@ -197,6 +197,13 @@ OSCAR__PRIVATE int oscar__tune_candidate_valid(int32_t family, const int32_t *ke
         if (param == OSCAR__TP_DEC_REQUESTS_PER_CTA)
             return key[OSCAR__TK_DEC_RATIO] >= 1 && value * key[OSCAR__TK_DEC_RATIO] <= OSCAR_K_PREP_ROWS &&
                    value <= key[OSCAR__TK_DEC_BATCH];
+        /* an INT2 kernel that exists for the bucket's geometry (the table is
+           a device's: sm_90's shared memory bounds the 16-warp CTAs here; the
+           plan checks its own device again) */
+        if (param == OSCAR__TP_DEC_INT2_WARPS)
+            return key[OSCAR__TK_DEC_CONTEXT] > 0 &&
+                   oscar__decode_int2_warps_exist(key[OSCAR__TK_DEC_HEAD_DIM], key[OSCAR__TK_DEC_GROUP],
+                                                  key[OSCAR__TK_DEC_RATIO], value, OSCAR__SM90_MAX_SMEM_OPTIN);
     }
     return 1;
 }
@@ -1078,8 +1085,9 @@ OSCAR__PRIVATE int oscar__tune_lookup(oscar_ctx *ctx, int32_t family, const int3
 }
 
 /* The hook of oscar_decode_plan: replaces the automatic split counts (those
-   the desc leaves at 0, of tiers that exist) and requests per prep / merge
-   CTA (where the desc leaves it at 0) by the table's for this bucket. */
+   the desc leaves at 0, of tiers that exist; the INT2 count with its warps
+   per CTA, where the desc leaves both automatic) and requests per prep /
+   merge CTA (where the desc leaves it at 0) by the table's for this bucket. */
 OSCAR__PRIVATE void oscar__tune_decode_apply(oscar_ctx *ctx, const oscar_decode_plan_desc *desc, oscar_decode_plan_info *pl) {
     int32_t key[OSCAR__TUNE_MAX_KEYS];
     oscar__tune_entry e;
@@ -1088,8 +1096,16 @@ OSCAR__PRIVATE void oscar__tune_decode_apply(oscar_ctx *ctx, const oscar_decode_
     oscar__tune_decode_key(key, pl->head_dim, pl->group_size, pl->page_size, pl->num_q_heads / pl->num_kv_heads,
                            pl->scale_layout, win, pl->batch_size, desc->max_int2_tokens);
     if (!oscar__tune_lookup(ctx, OSCAR_TUNE_FAMILY_DECODE, key, &e)) return;
-    if (desc->int2_splits == 0 && pl->int2_splits > 0 && (e.params_set & (1u << OSCAR__TP_DEC_INT2_SPLITS)))
-        pl->int2_splits = e.params[OSCAR__TP_DEC_INT2_SPLITS];
+    if (desc->int2_splits == 0 && desc->int2_warps == 0 && pl->int2_splits > 0 &&
+        (e.params_set & (1u << OSCAR__TP_DEC_INT2_SPLITS))) {
+        /* the table's split count with the warps it was tuned with (4 where an
+           entry predates int2_warps), when this device has that kernel */
+        const int32_t warps = (e.params_set & (1u << OSCAR__TP_DEC_INT2_WARPS)) ? e.params[OSCAR__TP_DEC_INT2_WARPS]
+                                                                                 : OSCAR__DECODE_WARPS;
+        if (oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, pl->num_q_heads / pl->num_kv_heads, warps,
+                                           ctx->max_smem_optin > 0 ? ctx->max_smem_optin : OSCAR__SM90_MAX_SMEM_OPTIN))
+            pl->int2_splits = e.params[OSCAR__TP_DEC_INT2_SPLITS], pl->int2_warps = warps;
+    }
     if (desc->window_splits == 0 && pl->window_splits > 0 && (e.params_set & (1u << OSCAR__TP_DEC_WINDOW_SPLITS)))
         pl->window_splits = e.params[OSCAR__TP_DEC_WINDOW_SPLITS];
     /* the bucket's batch is a power of two >= the plan's: the value may
@@ -1616,7 +1632,8 @@ OSCAR__PRIVATE size_t oscar__tune_sets(int64_t min_bytes, size_t set_bytes) {
 #define OSCAR__TUNE_DEC_MAX_CAND 160
 typedef struct oscar__tune_dec {
     oscar_decode_plan_info plans[OSCAR__TUNE_DEC_MAX_CAND];
-    int32_t int2[OSCAR__TUNE_DEC_MAX_CAND], win[OSCAR__TUNE_DEC_MAX_CAND], req[OSCAR__TUNE_DEC_MAX_CAND];
+    int32_t int2[OSCAR__TUNE_DEC_MAX_CAND], win[OSCAR__TUNE_DEC_MAX_CAND], req[OSCAR__TUNE_DEC_MAX_CAND],
+        warps[OSCAR__TUNE_DEC_MAX_CAND];
     oscar_int2_pool_desc pool;
     oscar_window_pool_desc wpool;
     oscar_decode_run_desc rd;
@@ -1775,8 +1792,8 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         oscar__tune_outcome oc;
         oscar__tune_entry e;
         int32_t key[OSCAR__TUNE_MAX_KEYS], ci[OSCAR__TUNE_MAX_CANDIDATES], cw[OSCAR__TUNE_MAX_CANDIDATES],
-            cr[OSCAR__TUNE_MAX_CANDIDATES];
-        int nci, ncw, ncr, a, b, r, nc = 0, c;
+            cr[OSCAR__TUNE_MAX_CANDIDATES], cv[OSCAR__TUNE_MAX_CANDIDATES];
+        int nci, ncw, ncr, ncv, a, b, r, wv, nc = 0, c;
         size_t nsets, ws_max = 0, set_bytes;
         void *ws = NULL, *ip = NULL, *idx = NULL, *last = NULL, *wip = NULL, *widx = NULL, *wlast = NULL, *rot = NULL;
         char labels_buf[OSCAR__TUNE_DEC_MAX_CAND][72];
@@ -1811,11 +1828,13 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         oscar__tune_suppress = 0;
         if (st != OSCAR_OK) break;
         w->int2[0] = w->plans[0].int2_splits, w->win[0] = w->plans[0].window_splits;
-        w->req[0] = w->plans[0].requests_per_cta;
+        w->req[0] = w->plans[0].requests_per_cta, w->warps[0] = w->plans[0].int2_warps;
         nc = 1;
         nci = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, ci);
         ncw = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, cw);
         ncr = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, cr);
+        ncv = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_WARPS, cv);
+        if (ncv == 0) cv[0] = w->warps[0], ncv = 1;
         if (nci == 0) ci[0] = 0, nci = 1; /* no tier: the plan's 0 */
         if (ncw == 0) cw[0] = 0, ncw = 1;
         if (ncr == 0) cr[0] = w->req[0], ncr = 1;
@@ -1826,22 +1845,29 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                 break;
             }
         /* st ends every loop: a failed plan must not be overwritten by the next candidate's */
-        for (r = 0; r < ncr && st == OSCAR_OK; r++)
-            for (a = 0; a < nci && st == OSCAR_OK; a++)
-                for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND && st == OSCAR_OK; b++) {
-                    if (ci[a] == w->int2[0] && cw[b] == w->win[0] && cr[r] == w->req[0]) continue; /* the default */
-                    if (ci[a] == 0 && cw[b] == 0) continue;
-                    pd.int2_splits = ci[a], pd.window_splits = cw[b], pd.requests_per_cta = cr[r];
-                    st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
-                    if (st != OSCAR_OK) break;
-                    w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
-                    w->req[nc] = w->plans[nc].requests_per_cta;
-                    nc++;
-                }
+        for (wv = 0; wv < ncv && st == OSCAR_OK; wv++)
+            for (r = 0; r < ncr && st == OSCAR_OK; r++)
+                for (a = 0; a < nci && st == OSCAR_OK; a++)
+                    for (b = 0; b < ncw && nc < OSCAR__TUNE_DEC_MAX_CAND && st == OSCAR_OK; b++) {
+                        if (ci[a] == w->int2[0] && cw[b] == w->win[0] && cr[r] == w->req[0] && cv[wv] == w->warps[0])
+                            continue; /* the default */
+                        if (ci[a] == 0 && cw[b] == 0) continue;
+                        /* 16-warp CTAs (one per SM) only in one wave: they serve small batches */
+                        if (cv[wv] != OSCAR__DECODE_WARPS &&
+                            OSCAR__CAST(int64_t, S->batch_size) * Hkv * ci[a] > (ctx->num_sms > 0 ? ctx->num_sms : 132))
+                            continue;
+                        pd.int2_splits = ci[a], pd.window_splits = cw[b], pd.requests_per_cta = cr[r];
+                        pd.int2_warps = L > 0 ? cv[wv] : 0;
+                        st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
+                        if (st != OSCAR_OK) break;
+                        w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
+                        w->req[nc] = w->plans[nc].requests_per_cta, w->warps[nc] = w->plans[nc].int2_warps;
+                        nc++;
+                    }
         if (st != OSCAR_OK) break;
         for (c = 0; c < nc; c++) {
-            snprintf(labels_buf[c], sizeof labels_buf[c], "int2_splits=%d window_splits=%d requests_per_cta=%d",
-                     w->int2[c], w->win[c], w->req[c]);
+            snprintf(labels_buf[c], sizeof labels_buf[c], "int2_splits=%d window_splits=%d requests_per_cta=%d int2_warps=%d",
+                     w->int2[c], w->win[c], w->req[c], w->warps[c]);
             labels[c] = labels_buf[c];
             ws_max = OSCAR__MAX(ws_max, w->plans[c].workspace_bytes);
         }
@@ -1954,7 +1980,10 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         oscar__tune_family_digest(OSCAR_TUNE_FAMILY_DECODE, e.src);
         if (oc.best) {
             /* only the tiers that exist are tunable */
-            if (L > 0) e.params[OSCAR__TP_DEC_INT2_SPLITS] = w->int2[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_INT2_SPLITS;
+            if (L > 0) {
+                e.params[OSCAR__TP_DEC_INT2_SPLITS] = w->int2[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_INT2_SPLITS;
+                e.params[OSCAR__TP_DEC_INT2_WARPS] = w->warps[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_INT2_WARPS;
+            }
             if (W > 0) e.params[OSCAR__TP_DEC_WINDOW_SPLITS] = w->win[oc.best], e.params_set |= 1u << OSCAR__TP_DEC_WINDOW_SPLITS;
             e.params[OSCAR__TP_DEC_REQUESTS_PER_CTA] = w->req[oc.best];
             e.params_set |= 1u << OSCAR__TP_DEC_REQUESTS_PER_CTA;
