@@ -212,7 +212,7 @@ OSCAR__PRIVATE int64_t oscar__decode_smem_limit(const oscar_ctx *ctx) {
    one wave of 16-warp CTAs (one per SM) gives each split at least 6144
    tokens: s = resident 16-warp CTAs / (batch x KV heads). Else 4.
    Session 25 on the H200 (graph replay, same call; bench/results/logs/
-   session25_h200.txt sections 1-3), 16 warps against the 4-warp plan:
+   session25_h200.txt sections 1, 2 and 4), 16 warps against the 4-warp plan:
    1 x 128K 34.9 against 36.1-36.5 us (16 splits against 64), 1 x 256K 52.8-53.0
    against 58.8-60.3 (16 / 66), 2 x 128K 53.3 against 59.0 (8 / 33), 2 x 64K
    41.9 against 43.5 (8 / 33), 1 x 128K at D 64 25.2-25.7 against 30.7-31.4
