@@ -209,16 +209,20 @@ OSCAR__PRIVATE int64_t oscar__decode_smem_limit(const oscar_ctx *ctx) {
 /* Warps per INT2 CTA, and with 16 its split count (*splits). 16 where the
    kernel exists for the geometry (oscar__decode_int2_warps_exist), the
    4-warp count s4 is 32 or more (a small batch with a long context), and
-   one wave of 16-warp CTAs (one per SM) gives each split at least 6144
-   tokens: s = resident 16-warp CTAs / (batch x KV heads). Else 4.
+   one wave of 16-warp CTAs (one per SM) gives each split at least 5120
+   tokens (10 tiles per warp): s = resident 16-warp CTAs / (batch x KV
+   heads). Else 4.
    Session 25 on the H200 (graph replay, same call; bench/results/logs/
    session25_h200.txt sections 1, 2 and 4), 16 warps against the 4-warp plan:
    1 x 128K 34.9 against 36.1-36.5 us (16 splits against 64), 1 x 256K 52.8-53.0
    against 58.8-60.3 (16 / 66), 2 x 128K 53.3 against 59.0 (8 / 33), 2 x 64K
    41.9 against 43.5 (8 / 33), 1 x 128K at D 64 25.2-25.7 against 30.7-31.4
-   (16 / 76). Where s4 is small the 16-warp CTAs lose: 8 x 32K 63.4 against
-   60.1 (s4 8), 4 x 32K 45.2 against 43.3 (16), 1 x 32K 21.1 against 20.3
-   (25); at 1 x 64K (s4 43) they tie at 12 splits (25.7 against 25.2-25.6)
+   (16 / 76), 1 x 96K 30.8 against 34.8-35.2 (16 / 60: 6124 tokens per split;
+   the first rule's 6144 had left it at 4 warps), 1 x 192K 44.1 against 50.4
+   (section 9). Where s4 is small the 16-warp CTAs lose: 8 x 32K 63.4 against
+   60.1 (s4 8), 4 x 32K 45.2 against 43.3 (16), 4 x 64K 62.9 against 58.3
+   (16), 1 x 32K 21.1 against 20.3 (25) -- though 4 x 128K (16) gains 4% and
+   3 x 128K (22) 2%, which the rule leaves to the tuner; at 1 x 64K (s4 43) they tie at 12 splits (25.7 against 25.2-25.6)
    and lose at 16 (32.0: each split's 4K tokens end before the window
    CTAs, squeezed onto the 4 SMs the INT2 grid leaves, do). */
 OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
@@ -229,7 +233,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
                                                    oscar__decode_smem_limit(ctx)))
         return OSCAR__DECODE_WARPS;
     s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
-    if (L < 6144 * OSCAR__CAST(int64_t, s)) return OSCAR__DECODE_WARPS;
+    if (L < 5120 * OSCAR__CAST(int64_t, s)) return OSCAR__DECODE_WARPS;
     *splits = s;
     return OSCAR__DECODE_INT2_WIDE;
 }

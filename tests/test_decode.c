@@ -854,8 +854,7 @@ Test(decode_gpu, large_batch_and_long_context, .timeout = 1200) {
 /* Captured once in a CUDA graph, replayed after the lengths changed (up to
    the planned maximum): equals the reference each time, and equals a direct
    run bit for bit. */
-Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
-    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+static void graph_capture_and_replay(oscar_ctx *gpu, int int2_warps) {
     tu_rng r = tu_seed();
     static const int64_t cap_i[4] = {2000, 2000, 2000, 2000}, cap_w[4] = {320, 320, 320, 320};
     static const int64_t il[2][4] = {{1500, 40, 0, 900}, {1999, 1, 700, 0}};
@@ -874,9 +873,11 @@ Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
     int round, i;
     c.B = 4, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 128, c.ps = 16, c.wps = 16;
     c.rot_k = c.rot_v = 1, c.int2_len = il[0], c.win_len = wl[0], c.int2_cap = cap_i, c.win_cap = cap_w;
+    c.int2_warps = int2_warps;
     prob_make(&r, &c, &P);
     prob_upload(&P);
     prob_plan(gpu, &P);
+    if (int2_warps) cr_assert_eq(P.plan.int2_warps, int2_warps);
     P.d_ws = tu_dev_alloc(P.plan.workspace_bytes);
     TU_CUDA(cudaStreamCreate(&s));
     rd = prob_run_desc(&P, 1, &pool, &win, P.d_o, P.d_lse, P.d_ws);
@@ -895,7 +896,8 @@ Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
         TU_OK(gpu, oscar_decode_run(gpu, &P.plan, &rd, s));
         TU_CUDA(cudaStreamSynchronize(s));
         tu_dev_download(o_direct, P.d_o, N * 2);
-        cr_assert(memcmp(o_graph, o_direct, N * 2) == 0, "round %d: graph replay differs from a direct run", round);
+        cr_assert(memcmp(o_graph, o_direct, N * 2) == 0, "round %d (%d warps per INT2 CTA): graph replay differs from a "
+                  "direct run", round, P.plan.int2_warps);
         prob_reference(&P, o_ref, lse_ref);
         for (i = 0; i < N; i++) worst = fmax(worst, fabs(oscar__bf16_to_f32(o_graph[i]) - o_ref[i]) / (1 + fabs(o_ref[i])));
         cr_assert(worst < 0.02, "round %d: replay vs reference %g", round, worst);
@@ -905,6 +907,12 @@ Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
     TU_CUDA(cudaStreamDestroy(s));
     free(o_ref), free(o_graph), free(o_direct);
     prob_free(&P);
+}
+/* the plan's kernels (4-warp INT2 CTAs here), then 16-warp INT2 CTAs (v18) */
+Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    graph_capture_and_replay(gpu, 0);
+    graph_capture_and_replay(gpu, 16);
     oscar_shutdown(gpu);
 }
 

@@ -863,7 +863,7 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
 
 /* Warps per INT2 CTA (session 25, measured on the H200): 16 where the 4-warp
    count is >= 32 and one wave of 16-warp CTAs (one per SM: 132 on the
-   compile-only sm_90 context) gives each split >= 6144 tokens; only where
+   compile-only sm_90 context) gives each split >= 5120 tokens; only where
    that kernel exists (ratio <= 4, head dim <= 128, its shared memory within
    sm_90's 227 KB). Forced values, their validation, and tables with and
    without int2_warps. */
@@ -880,7 +880,9 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {2, 65216, 128, 128, 32, 16, 8},   /* 2 x 64K: 43.5 -> 41.9 */
         {1, 130752, 64, 64, 32, 16, 16},   /* D 64: 30.7-31.4 -> 25.2-25.7 */
         {1, 130752, 128, 64, 32, 16, 16},  /* group 64: 192 KB of stages */
+        {1, 97984, 128, 128, 32, 16, 16},  /* 1 x 96K: 6124 tokens per split (34.8-35.2 -> 30.8) */
         {1, 65216, 128, 128, 32, 4, 43},   /* 1 x 64K: 4K tokens per 16-warp split (32.0 against 25.2-25.6) */
+        {4, 65216, 128, 128, 32, 4, 16},   /* 4 x 64K: 4-warp count 16 (62.9 against 58.3) */
         {4, 32448, 128, 128, 32, 4, 16},   /* 4 x 32K: 4-warp count 16 (45.2 against 43.3) */
         {1, 32448, 128, 128, 32, 4, 25},   /* 1 x 32K: 25 (21.1 against 20.3) */
         {8, 32448, 128, 128, 32, 4, 8},    /* 8 x 32K: 8 (63.4 against 60.1) */
