@@ -585,6 +585,39 @@ typedef struct gpu_class {
     float cap;
 } gpu_class;
 
+/* A batch of 8 requests (lengths il, wl) of class k, the ci-th of its list:
+   the INT2 and window layouts and the lse base alternate with ci. */
+static dcase class_case(const gpu_class *k, size_t ci, const int64_t *il, const int64_t *wl) {
+    dcase c = {0};
+    c.B = 8, c.Hkv = k->Hkv, c.Hq = k->Hkv * k->ratio, c.D = k->D, c.GS = k->GS, c.ps = k->ps, c.wps = 16;
+    c.scale_layout = k->layout, c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
+    c.win_layout = ci % 3 ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
+    c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
+    c.int2_len = il, c.win_len = wl;
+    c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
+    return c;
+}
+
+/* The combination classes every GPU decode test of a whole class runs: head
+   dims, groups, INT2 page sizes, GQA ratios, scale layouts, V rotated or
+   absorbed, soft-cap. */
+static const gpu_class decode_classes[] = {
+    {"D128 G128 P16 r4 f16-scales absorbed", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
+    {"D128 G128 P1 r4 f32-scales R_v", 128, 128, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+    {"D128 G32 P16 r8 f16 R_v", 128, 32, 16, 8, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
+    {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G64 P16 r2 f16", 128, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D64 G32 P1 r8 f32", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+    {"D64 G32 P1 r4 f32", 64, 32, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
+    {"D256 G256 P16 r4 f16", 256, 256, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D256 G64 P16 r2 f32 cap", 256, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 50.0f},
+    {"D256 G32 P7 r16 f16", 256, 32, 7, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+};
+#define NUM_DECODE_CLASSES (sizeof decode_classes / sizeof decode_classes[0])
+
 Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip();
     tu_rng r = tu_seed();
@@ -592,32 +625,13 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
        empty, long, and a length that is not a multiple of anything */
     static const int64_t il[8] = {0, 3, 0, 0, 4099, 777, 1, 2048};
     static const int64_t wl[8] = {64, 320, 200, 0, 320, 1, 0, 263};
-    static const gpu_class classes[] = {
-        {"D128 G128 P16 r4 f16-scales absorbed", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
-        {"D128 G128 P1 r4 f32-scales R_v", 128, 128, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
-        {"D128 G32 P16 r8 f16 R_v", 128, 32, 16, 8, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
-        {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D64 G32 P1 r8 f32", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
-        {"D256 G256 P16 r4 f16", 256, 256, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D256 G64 P16 r2 f32 cap", 256, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 50.0f},
-        {"D256 G32 P7 r16 f16", 256, 32, 7, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-    };
     size_t ci;
-    for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
-        const gpu_class *k = &classes[ci];
-        dcase c = {0};
+    for (ci = 0; ci < NUM_DECODE_CLASSES; ci++) {
+        const gpu_class *k = &decode_classes[ci];
+        dcase c = class_case(k, ci, il, wl);
         dprob P;
         double *o_ref, *lse_ref;
         derr e;
-        c.B = 8, c.Hkv = k->Hkv, c.Hq = k->Hkv * k->ratio, c.D = k->D, c.GS = k->GS, c.ps = k->ps, c.wps = 16;
-        c.scale_layout = k->layout, c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
-        c.win_layout = ci % 3 ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
-        c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
-        c.int2_len = il, c.win_len = wl;
-        c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, k->name);
         cr_log_info("%-36s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", k->name,
@@ -738,7 +752,8 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
 }
 
 /* 16-warp INT2 CTAs (v18), forced, on every class that has them (ratio <= 4,
-   head dim <= 128, the stages within sm_90's shared memory): the batch mixes
+   head dim <= 128, the stages within the device's shared memory: 7 of
+   decode_classes on the H200): the batch mixes
    lengths that leave most of a CTA's 16 warps without a tile (empty, 1, 3,
    777 tokens) with long ones, at the plan's one-wave split count and at 1, 3
    and 17 splits, workspace and outputs poisoned before each run. The plan's
@@ -748,29 +763,15 @@ Test(decode_gpu, int2_warps_16_every_class, .timeout = 1200) {
     tu_rng r = tu_seed();
     static const int64_t il[8] = {0, 3, 0, 40000, 4099, 777, 1, 12345};
     static const int64_t wl[8] = {64, 320, 200, 0, 320, 1, 0, 263};
-    static const gpu_class classes[] = {
-        {"D128 G128 P16 r4 f16-scales absorbed", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
-        {"D128 G128 P1 r4 f32-scales R_v", 128, 128, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
-        {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
-        {"D128 G64 P16 r2 f16", 128, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
-        {"D64 G32 P1 r4 f32", 64, 32, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
-    };
     static const int splits[4] = {0, 1, 3, 17};
     size_t ci;
-    for (ci = 0; ci < sizeof classes / sizeof classes[0]; ci++) {
-        const gpu_class *k = &classes[ci];
-        dcase c = {0};
+    for (ci = 0; ci < NUM_DECODE_CLASSES; ci++) {
+        const gpu_class *k = &decode_classes[ci];
+        dcase c = class_case(k, ci, il, wl);
         dprob P;
         double *o_ref, *lse_ref;
         int i;
-        c.B = 8, c.Hkv = k->Hkv, c.Hq = k->Hkv * k->ratio, c.D = k->D, c.GS = k->GS, c.ps = k->ps, c.wps = 16;
-        c.scale_layout = k->layout, c.int2_layout = ci % 2 ? OSCAR_KV_LAYOUT_HND : OSCAR_KV_LAYOUT_NHD;
-        c.win_layout = ci % 3 ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
-        c.rot_k = 1, c.rot_v = k->rot_v, c.cap = k->cap;
-        c.int2_len = il, c.win_len = wl;
-        c.lse_base = ci % 2 ? OSCAR_LSE_BASE_2 : OSCAR_LSE_BASE_E;
+        if (!oscar__decode_int2_warps_exist(k->D, k->GS, k->ratio, 16, gpu->max_smem_optin)) continue;
         c.int2_warps = 16;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         for (i = 0; i < 4; i++) {
