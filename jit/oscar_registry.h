@@ -89,8 +89,16 @@ OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <
 #define OSCAR__DECODE_INT2_STAGES 4
 #define OSCAR__DECODE_WARPS 4
 #define OSCAR__DECODE_INT2_WIDE 16
-/* sm_90's shared memory per block (opt-in): where a context cannot say */
+/* sm_90's shared memory per block (opt-in): the registry's 16-warp set */
 #define OSCAR__SM90_MAX_SMEM_OPTIN 232448
+/* Shared memory per block (opt-in) a context's kernels may use: the
+   device's, else (compile-only contexts) the arch's: 227 KB on sm_90, 163 KB
+   on sm_80 / sm_87, 99 KB on sm_86 / sm_89 (CUDA programming guide, compute
+   capabilities table). */
+OSCAR__PRIVATE int64_t oscar__ctx_smem_limit(const oscar_ctx *ctx) {
+    if (ctx->max_smem_optin > 0) return ctx->max_smem_optin;
+    return ctx->sm >= 90 ? OSCAR__SM90_MAX_SMEM_OPTIN : ctx->sm == 80 || ctx->sm == 87 ? 166912 : 101376;
+}
 /* Shared memory of the two attention kernels: the cp.async pipelines, or the
    end-of-CTA combine of the CTA's warps, whichever is larger. */
 OSCAR__PRIVATE uint32_t oscar__decode_combine_bytes(int warps, int head_dim, int group_ratio) {

@@ -201,11 +201,6 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const osca
     const int64_t wave = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_INT2_WIDE) / base;
     return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), wave)));
 }
-/* Shared memory per block a plan may use: the device's, sm_90's where the
-   context has no device (CPU backend, compile-only contexts). */
-OSCAR__PRIVATE int64_t oscar__decode_smem_limit(const oscar_ctx *ctx) {
-    return ctx->max_smem_optin > 0 ? ctx->max_smem_optin : OSCAR__SM90_MAX_SMEM_OPTIN;
-}
 /* Warps per INT2 CTA, and with 16 its split count (*splits). 16 where the
    kernel exists for the geometry (oscar__decode_int2_warps_exist), the
    4-warp count s4 is 32 or more (a small batch with a long context), and
@@ -230,7 +225,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
     int32_t s;
     *splits = s4;
     if (s4 < 32 || !oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, OSCAR__DECODE_INT2_WIDE,
-                                                   oscar__decode_smem_limit(ctx)))
+                                                   oscar__ctx_smem_limit(ctx)))
         return OSCAR__DECODE_WARPS;
     s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
     if (L < 5120 * OSCAR__CAST(int64_t, s)) return OSCAR__DECODE_WARPS;
@@ -293,13 +288,13 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     if (st != OSCAR_OK) return st;
     if (desc->int2_warps == OSCAR__DECODE_INT2_WIDE &&
         !oscar__decode_int2_warps_exist(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE,
-                                        oscar__decode_smem_limit(ctx)))
+                                        oscar__ctx_smem_limit(ctx)))
         return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED,
                            "oscar_decode_plan: desc.int2_warps = %d needs at most 4 query heads per KV head (have %d), "
                            "head_dim <= 128 (have %d) and %u bytes of shared memory per block (this device allows %lld)",
                            desc->int2_warps, ratio, pool.head_dim,
                            oscar__decode_int2_smem(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE),
-                           OSCAR__CAST(long long, oscar__decode_smem_limit(ctx)));
+                           OSCAR__CAST(long long, oscar__ctx_smem_limit(ctx)));
 
     memset(&pl, 0, sizeof pl);
     pl.magic = OSCAR__PLAN_MAGIC;

@@ -925,6 +925,22 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
               "%s", oscar_last_error(bare));
     st = plan_geometry(bare, 1, 130752, 0, 128, 128, 64, 16, &p);
     cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "(have 8)"), "%s", oscar_last_error(bare));
+    /* a compile-only sm_89 context: 99 KB of shared memory per block, so no
+       16-warp CTAs at D 128 (160 KB of stages), but at D 64 group 64 (96 KB) */
+    {
+        oscar_desc d89 = {0};
+        oscar_ctx *c89 = NULL;
+        d89.compile_only_sm = 89;
+        cr_assert(oscar_setup(&d89, &c89) == OSCAR_OK, "%s", oscar_last_error(NULL));
+        TU_OK(c89, plan_geometry(c89, 1, 130752, 0, 128, 128, 32, 0, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 64, "sm_89, D 128: %d x %d", p.int2_warps, p.int2_splits);
+        TU_OK(c89, plan_geometry(c89, 1, 130752, 0, 64, 64, 32, 0, &p));
+        cr_assert(p.int2_warps == 16, "sm_89, D 64: %d warps", p.int2_warps);
+        st = plan_geometry(c89, 1, 130752, 0, 128, 128, 32, 16, &p);
+        cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(c89), "this device allows 101376"), "%s",
+                  oscar_last_error(c89));
+        oscar_shutdown(c89);
+    }
     /* a table: an entry with int2_warps takes them with its splits; one
        without (tuned before int2_warps) means 4 warps with its splits */
     make_tmp_dir();

@@ -1103,7 +1103,7 @@ OSCAR__PRIVATE void oscar__tune_decode_apply(oscar_ctx *ctx, const oscar_decode_
         const int32_t warps = (e.params_set & (1u << OSCAR__TP_DEC_INT2_WARPS)) ? e.params[OSCAR__TP_DEC_INT2_WARPS]
                                                                                  : OSCAR__DECODE_WARPS;
         if (oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, pl->num_q_heads / pl->num_kv_heads, warps,
-                                           ctx->max_smem_optin > 0 ? ctx->max_smem_optin : OSCAR__SM90_MAX_SMEM_OPTIN))
+                                           oscar__ctx_smem_limit(ctx)))
             pl->int2_splits = e.params[OSCAR__TP_DEC_INT2_SPLITS], pl->int2_warps = warps;
     }
     if (desc->window_splits == 0 && pl->window_splits > 0 && (e.params_set & (1u << OSCAR__TP_DEC_WINDOW_SPLITS)))
