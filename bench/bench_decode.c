@@ -64,8 +64,11 @@ static void run_floor(void *arg, int rep) {
 }
 
 int main(int argc, char **argv) {
-    static const shape full[] = {{1, 8192, 128},   {1, 32768, 128}, {1, 131072, 128}, {8, 32768, 128}, {32, 8192, 128},
-                                 {32, 32768, 128}, {128, 4096, 128}, {8, 32768, 64},   {8, 32768, 256}};
+    /* the issue's shapes, then two long-context batches beyond them (4 x 64K,
+       16 x 128K: where the plan takes 16-warp INT2 CTAs), then head dims 64 and 256 */
+    static const shape full[] = {{1, 8192, 128},   {1, 32768, 128}, {1, 131072, 128}, {8, 32768, 128},
+                                 {32, 8192, 128},  {32, 32768, 128}, {128, 4096, 128}, {4, 65536, 128},
+                                 {16, 131072, 128}, {8, 32768, 64},   {8, 32768, 256}};
     static const shape quick[] = {{1, 32768, 128}, {8, 32768, 128}};
     const shape *shapes = full;
     int nshapes = (int)(sizeof full / sizeof full[0]);

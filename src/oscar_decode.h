@@ -202,34 +202,42 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const osca
     return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), wave)));
 }
 /* Warps per INT2 CTA, and with 16 its split count (*splits). 16 where the
-   kernel exists for the geometry (oscar__decode_int2_warps_exist), the
-   4-warp count s4 is 32 or more (a small batch with a long context), and
-   one wave of 16-warp CTAs (one per SM) gives each split at least 5120
-   tokens (10 tiles per warp): s = resident 16-warp CTAs / (batch x KV
-   heads). Else 4.
-   Session 25 on the H200 (graph replay, same call; bench/results/logs/
-   session25_h200.txt sections 1, 2 and 4), 16 warps against the 4-warp plan:
-   1 x 128K 34.9 against 36.1-36.5 us (16 splits against 64), 1 x 256K 52.8-53.0
-   against 58.8-60.3 (16 / 66), 2 x 128K 53.3 against 59.0 (8 / 33), 2 x 64K
-   41.9 against 43.5 (8 / 33), 1 x 128K at D 64 25.2-25.7 against 30.7-31.4
-   (16 / 76), 1 x 96K 30.8 against 34.8-35.2 (16 / 60: 6124 tokens per split;
-   the first rule's 6144 had left it at 4 warps), 1 x 192K 44.1 against 50.4
-   (section 9). Where s4 is small the 16-warp CTAs lose: 8 x 32K 63.4 against
-   60.1 (s4 8), 4 x 32K 45.2 against 43.3 (16), 4 x 64K 62.9 against 58.3
-   (16), 1 x 32K 21.1 against 20.3 (25) -- though 4 x 128K (16) gains 4% and
-   3 x 128K (22) 2%, which the rule leaves to the tuner; at 1 x 64K (s4 43) they tie at 12 splits (25.7 against 25.2-25.6)
-   and lose at 16 (32.0: each split's 4K tokens end before the window
-   CTAs, squeezed onto the 4 SMs the INT2 grid leaves, do). */
+   kernel exists for the geometry (oscar__decode_int2_warps_exist) and one
+   wave of 16-warp CTAs (one per SM; s = resident 16-warp CTAs / (batch x KV
+   heads) splits)
+   - fills at least 90% of its slots (batch 6 x 8 KV heads: 2 splits, 96 of
+     132 SMs -- 6 x 64K 88 against 80 us with 4 warps, 6 x 128K 159 / 138),
+   - gives each split at least 5120 tokens (10 tiles per warp),
+   - and gives each split at least as many tokens as the whole window tier
+     has (batch x KV heads x max_window_tokens): the window CTAs, with one
+     split per group in that case (oscar_decode_plan), run on the few SMs
+     the 16-warp grid leaves (4 on the H200: a 16-warp CTA's registers fill
+     its SM), and only hide behind INT2 splits that long.
+   Else 4.
+   Session 27 on the H200 (graph replay; bench/results/logs/session27_h200.txt
+   sections 1-2), 16 warps with 1 window split against the 4-warp plan:
+   4 x 64K 55.6-55.7 against 58.6-59.0 us, 8 x 64K 96.4 / 99.5, 8 x 128K
+   169.9 / 182.6, 4 x 128K 95.2 / 98.1, 3 x 128K 76.8 / 78.3, 4 x 64K at D 64
+   38.5 / 44.5; where the window tier outweighs a split they lose: 8 x 32K
+   65.6 / 60.4 (window 20480 tokens against 16384 per split), 4 x 32K 45.4 /
+   43.4 (10240 / 8192), 2 x 32K 35.9 / 31.6. Session 25's rule (the 4-warp
+   count >= 32 and 5120 tokens per split; bench/results/logs/session25_h200.txt)
+   chose the same where both apply, e.g. 1 x 128K (16 splits against 64: 34.9
+   against 36.1-36.5 us), 1 x 256K, 2 x 128K, 2 x 64K, 1 x 96K, 1 x 128K at
+   D 64; at 1 x 64K (4096 tokens per split) the two warp counts tie. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
-                                                int64_t base, int64_t L, int32_t s4, int32_t *splits) {
-    int32_t s;
+                                                int64_t base, int64_t L, int64_t max_win, int32_t s4,
+                                                int32_t *splits) {
+    int64_t slots, s;
     *splits = s4;
-    if (s4 < 32 || !oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, OSCAR__DECODE_INT2_WIDE,
-                                                   oscar__ctx_smem_limit(ctx)))
+    if (!oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, OSCAR__DECODE_INT2_WIDE,
+                                        oscar__ctx_smem_limit(ctx)))
         return OSCAR__DECODE_WARPS;
+    slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_INT2_WIDE);
     s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
-    if (L < 5120 * OSCAR__CAST(int64_t, s)) return OSCAR__DECODE_WARPS;
-    *splits = s;
+    if (base > slots || 10 * base * s < 9 * slots || L < 5120 * s || (pl->has_window && base * max_win * s > L))
+        return OSCAR__DECODE_WARPS;
+    *splits = OSCAR__CAST(int32_t, s);
     return OSCAR__DECODE_INT2_WIDE;
 }
 
@@ -308,8 +316,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     pl.has_window = desc->window_pool != NULL;
     pl.window_page_size = pl.has_window ? win.page_size : 1;
     pl.window_dtype = pl.has_window ? OSCAR__CAST(int32_t, win.dtype) : OSCAR_DTYPE_BF16;
-    /* splits: INT2 by the wave model below; windows about four CTAs per SM in
-       all, each taking at least 256 tokens */
+    /* splits: INT2 by the heuristics above, windows below */
     base = OSCAR__CAST(int64_t, desc->batch_size) * pool.num_kv_heads;
     target = 4 * oscar__decode_sms(ctx);
     max_win = desc->max_window_tokens ? desc->max_window_tokens : 512;
@@ -326,13 +333,23 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
         if (desc->int2_warps == OSCAR__DECODE_WARPS)
             pl.int2_splits = s4;
         else
-            pl.int2_warps = oscar__decode_int2_warps(ctx, &pl, ratio, base, desc->max_int2_tokens, s4, &pl.int2_splits);
+            pl.int2_warps =
+                oscar__decode_int2_warps(ctx, &pl, ratio, base, desc->max_int2_tokens, max_win, s4, &pl.int2_splits);
     }
-    pl.window_splits = !pl.has_window ? 0
-                       : desc->window_splits
-                           ? desc->window_splits
-                           : OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
-                                                                           (max_win + 255) / 256)));
+    /* window splits: given, 1 where the plan chose 16-warp INT2 CTAs (their
+       window CTAs share the few SMs the INT2 grid leaves, so fewer of them
+       end sooner: 2 x 64K 42.3 -> 37.5 us, 4 x 64K 63.2 -> 55.7, 8 x 64K
+       102.6 -> 96.4; equal from 128K up; session 27), else about four CTAs
+       per SM in all, each taking at least 256 tokens */
+    if (!pl.has_window)
+        pl.window_splits = 0;
+    else if (desc->window_splits)
+        pl.window_splits = desc->window_splits;
+    else if (pl.int2_warps == OSCAR__DECODE_INT2_WIDE && desc->int2_warps == 0 && pl.int2_splits > 0)
+        pl.window_splits = 1;
+    else
+        pl.window_splits = OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
+                                                                         (max_win + 255) / 256)));
     pl.requests_per_cta = desc->requests_per_cta;
     /* >>tune hook (tune/oscar_tune.h): splits and requests per CTA the desc left at 0 come from the tuning table
        when it has this shape */

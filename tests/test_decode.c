@@ -822,30 +822,37 @@ Test(decode_gpu, int2_only_through_the_merge_kernel, .timeout = 600) {
    with non-contiguous pages, and one of 32K tokens in a single split (each
    warp accumulates 8K tokens: a variant that kept the V codes' offset in the
    f32 accumulators passed every other test here and was off by 1.6e-2 in this
-   one -- the tuner's candidate check found it). Heads sampled for the reference. */
+   one -- the tuner's candidate check found it), and 4 requests of up to 64K
+   tokens, where the plan takes 16-warp INT2 CTAs with one window split per
+   group (session 27). Heads sampled for the reference. */
 Test(decode_gpu, large_batch_and_long_context, .timeout = 1200) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip();
     tu_rng r = tu_seed();
-    static const char *names[3] = {"256 x <=3K", "1 x 128K", "1 x 32K, 1 split"};
+    static const char *names[4] = {"256 x <=3K", "1 x 128K", "1 x 32K, 1 split", "4 x <=64K"};
     int which;
-    for (which = 0; which < 3; which++) {
+    for (which = 0; which < 4; which++) {
         dcase c = {0};
         dprob P;
         int64_t *il = tu_xmalloc(sizeof(int64_t) * 256), *wl = tu_xmalloc(sizeof(int64_t) * 256);
         double *o_ref, *lse_ref;
         derr e;
         int b;
-        c.B = which ? 1 : 256, c.Hkv = 8, c.Hq = 32, c.D = 128, c.GS = 128, c.ps = which ? 16 : 1, c.wps = 16;
-        c.rot_k = c.rot_v = 1;
+        c.B = which == 3 ? 4 : which ? 1 : 256, c.Hkv = 8, c.Hq = 32, c.D = 128, c.GS = 128, c.ps = which ? 16 : 1;
+        c.wps = 16, c.rot_k = c.rot_v = 1;
         c.int2_splits = which == 2 ? 1 : 0;
-        for (b = 0; b < c.B; b++) il[b] = which == 1 ? 131072 : which == 2 ? 32768 : 1 + tu_int(&r, 3000), wl[b] = 320;
+        for (b = 0; b < c.B; b++)
+            il[b] = which == 1 ? 131072 : which == 2 ? 32768 : which == 3 ? 65216 - 4097 * b : 1 + tu_int(&r, 3000),
+            wl[b] = which == 3 ? 320 - 77 * b : 320;
         c.int2_len = il, c.win_len = wl;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, names[which]);
         cr_log_info("%s: max rel. error %.2e, max |lse error| %.2e (splits %d + %d, %d warps per INT2 CTA)", names[which],
                     e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits, P.plan.int2_warps);
-        /* 1 x 128K is where the plan takes 16-warp INT2 CTAs (v18): they run here */
-        if (which == 1) cr_assert_eq(P.plan.int2_warps, 16);
+        /* 1 x 128K and 4 x 64K are where the plan takes 16-warp INT2 CTAs
+           (v18) with one window split (session 27): they run here */
+        if (which == 1 || which == 3)
+            cr_assert(P.plan.int2_warps == 16 && P.plan.window_splits == 1, "%s: %d warps, %d + %d splits",
+                      names[which], P.plan.int2_warps, P.plan.int2_splits, P.plan.window_splits);
         free(o_ref), free(lse_ref), free(il), free(wl);
         prob_free(&P);
     }

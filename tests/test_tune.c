@@ -837,7 +837,6 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         {1, 16064, 14},  /* 1 x 16K: the rule */
         {1, 65216, 43},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
         {4, 7872, 8},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
-        {4, 65216, 16},  /* 4 x 64K: 76 would take two waves, so the wave model: one wave */
         {4, 32448, 16},  /* 4 x 32K: the wave model */
         {16, 32448, 4},  /* 16 x 32K: the wave model */
         {64, 3776, 1},   /* 512 groups: one split */
@@ -851,44 +850,58 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         cr_assert_eq(p.int2_warps, 4, "%d x %lld INT2 tokens: %d warps per INT2 CTA, expected 4", cases[i].batch,
                      (long long)cases[i].tokens, p.int2_warps);
     }
-    /* the 4-warp rule where the plan would take 16-warp CTAs: 2 x 128K in one wave */
+    /* the 4-warp rule where the plan would take 16-warp CTAs: 2 x 128K in one
+       wave; 4 x 64K, where 76 would take two waves, so the wave model: one */
     {
         oscar_decode_plan_info p;
         TU_OK(bare, plan_geometry(bare, 2, 130752, 0, 128, 128, 32, 4, &p));
         cr_assert(p.int2_warps == 4 && p.int2_splits == 33, "2 x 128K with 4 warps forced: %d warps, %d splits",
                   p.int2_warps, p.int2_splits);
+        TU_OK(bare, plan_geometry(bare, 4, 65216, 0, 128, 128, 32, 4, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 16, "4 x 64K with 4 warps forced: %d warps, %d splits",
+                  p.int2_warps, p.int2_splits);
     }
     oscar_shutdown(bare);
 }
 
-/* Warps per INT2 CTA (session 25, measured on the H200): 16 where the 4-warp
-   count is >= 32 and one wave of 16-warp CTAs (one per SM: 132 on the
-   compile-only sm_90 context) gives each split >= 5120 tokens; only where
-   that kernel exists (ratio <= 4, head dim <= 128, its shared memory within
-   sm_90's 227 KB). Forced values, their validation, and tables with and
-   without int2_warps. */
+/* Warps per INT2 CTA and the window splits that go with them (sessions 25
+   and 27, measured on the H200): 16 where one wave of 16-warp CTAs (one per
+   SM: 132 on the compile-only sm_90 context) fills >= 90% of the SMs, gives
+   each split >= 5120 tokens and at least the window tier's tokens (batch x 8
+   KV heads x 320 here); only where that kernel exists (ratio <= 4, head dim
+   <= 128, its shared memory within sm_90's 227 KB); then one window split
+   per group. Forced values, their validation, and tables with and without
+   int2_warps. Times: graph replay, old plan -> this one. */
 Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     static const struct {
         int batch;
         int64_t tokens;
         int head_dim, group, q_heads;
-        int warps, splits;
+        int warps, splits, window_splits;
     } cases[] = {
-        {1, 130752, 128, 128, 32, 16, 16}, /* 1 x 128K: 36.1-36.5 -> 34.9 us measured */
-        {1, 261824, 128, 128, 32, 16, 16}, /* 1 x 256K: 58.8-60.3 -> 52.8-53.0 */
-        {2, 130752, 128, 128, 32, 16, 8},  /* 2 x 128K: 59.0 -> 53.3 */
-        {2, 65216, 128, 128, 32, 16, 8},   /* 2 x 64K: 43.5 -> 41.9 */
-        {1, 130752, 64, 64, 32, 16, 16},   /* D 64: 30.7-31.4 -> 25.2-25.7 */
-        {1, 130752, 128, 64, 32, 16, 16},  /* group 64: 192 KB of stages */
-        {1, 97984, 128, 128, 32, 16, 16},  /* 1 x 96K: 6124 tokens per split (34.8-35.2 -> 30.8) */
-        {1, 65216, 128, 128, 32, 4, 43},   /* 1 x 64K: 4K tokens per 16-warp split (32.0 against 25.2-25.6) */
-        {4, 65216, 128, 128, 32, 4, 16},   /* 4 x 64K: 4-warp count 16 (62.9 against 58.3) */
-        {4, 32448, 128, 128, 32, 4, 16},   /* 4 x 32K: 4-warp count 16 (45.2 against 43.3) */
-        {1, 32448, 128, 128, 32, 4, 25},   /* 1 x 32K: 25 (21.1 against 20.3) */
-        {8, 32448, 128, 128, 32, 4, 8},    /* 8 x 32K: 8 (63.4 against 60.1) */
-        {1, 130752, 256, 256, 32, 4, 64},  /* no 16-warp kernel at D 256 */
-        {1, 130752, 128, 32, 32, 4, 64},   /* group 32 at D 128: 256 KB of stages */
-        {1, 130752, 128, 128, 64, 4, 64},  /* ratio 8: no 16-warp kernel */
+        {1, 130752, 128, 128, 32, 16, 16, 1}, /* 1 x 128K: 36.1-36.5 (4 warps) -> 34.9-35.4 us */
+        {1, 261824, 128, 128, 32, 16, 16, 1}, /* 1 x 256K: 58.8-60.3 -> 52.8-53.2 */
+        {2, 130752, 128, 128, 32, 16, 8, 1},  /* 2 x 128K: 59.0 -> 53.3-53.5 */
+        {2, 65216, 128, 128, 32, 16, 8, 1},   /* 2 x 64K: 43.5 (4 warps), 42.4-42.8 (16, 2 window splits) -> 37.5-38.0 */
+        {3, 65216, 128, 128, 32, 16, 5, 1},   /* 3 x 64K: 51.4-51.7 -> 46.2-46.4 */
+        {4, 65216, 128, 128, 32, 16, 4, 1},   /* 4 x 64K: 58.9 -> 55.7-55.9 (62.9-63.2 with 2 window splits) */
+        {8, 65216, 128, 128, 32, 16, 2, 1},   /* 8 x 64K: 97.7-98.9 -> 95.3-96.0 */
+        {16, 130752, 128, 128, 32, 16, 1, 1}, /* 16 x 128K: 347.2-348.2 -> 321.1-321.4 */
+        {3, 130752, 128, 128, 32, 16, 5, 1},  /* 3 x 128K: 120 of 132 SMs; 77.9-78.2 -> 75.1-75.5 */
+        {4, 65216, 64, 64, 32, 16, 4, 1},     /* D 64, 4 x 64K: 44.7-45.9 -> 38.4-38.5 */
+        {1, 130752, 64, 64, 32, 16, 16, 1},   /* D 64: 30.7-31.4 -> 25.2-25.7 */
+        {1, 130752, 128, 64, 32, 16, 16, 1},  /* group 64: 192 KB of stages */
+        {1, 97984, 128, 128, 32, 16, 16, 1},  /* 1 x 96K: 6124 tokens per split (34.8-35.2 -> 30.4-30.8) */
+        {1, 65216, 128, 128, 32, 4, 43, 2},   /* 1 x 64K: 4K tokens per 16-warp split (25.8 against 25.2) */
+        {6, 65216, 128, 128, 32, 4, 11, 2},   /* 6 x 64K: 96 of 132 SMs (16 warps: 88.3 against 80.1) */
+        {12, 130752, 128, 128, 32, 4, 11, 2}, /* 12 x 128K: 96 of 132 SMs */
+        {32, 32448, 128, 128, 32, 4, 2, 2},   /* 256 groups: more than one wave of 16-warp CTAs */
+        {8, 32448, 128, 128, 32, 4, 8, 2},    /* 8 x 32K: window 20480 tokens > 16224 per split (65.6 against 60.4) */
+        {4, 32448, 128, 128, 32, 4, 16, 2},   /* 4 x 32K: 10240 > 8112 (45.4 against 43.4) */
+        {1, 32448, 128, 128, 32, 4, 25, 2},   /* 1 x 32K: 2028 tokens per split (21.1 against 20.3) */
+        {1, 130752, 256, 256, 32, 4, 64, 2},  /* no 16-warp kernel at D 256 */
+        {1, 130752, 128, 32, 32, 4, 64, 2},   /* group 32 at D 128: 256 KB of stages */
+        {1, 130752, 128, 128, 64, 4, 64, 2},  /* ratio 8: no 16-warp kernel */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
@@ -898,16 +911,20 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TU_OK(bare, plan_geometry(bare, cases[i].batch, cases[i].tokens, 0, cases[i].head_dim, cases[i].group,
                                   cases[i].q_heads, 0, &p));
-        cr_assert(p.int2_warps == cases[i].warps && p.int2_splits == cases[i].splits,
-                  "%d x %lld, D %d, group %d, %d q heads: %d warps x %d splits, expected %d x %d", cases[i].batch,
-                  (long long)cases[i].tokens, cases[i].head_dim, cases[i].group, cases[i].q_heads, p.int2_warps,
-                  p.int2_splits, cases[i].warps, cases[i].splits);
+        cr_assert(p.int2_warps == cases[i].warps && p.int2_splits == cases[i].splits &&
+                      p.window_splits == cases[i].window_splits,
+                  "%d x %lld, D %d, group %d, %d q heads: %d warps x %d + %d splits, expected %d x %d + %d",
+                  cases[i].batch, (long long)cases[i].tokens, cases[i].head_dim, cases[i].group, cases[i].q_heads,
+                  p.int2_warps, p.int2_splits, p.window_splits, cases[i].warps, cases[i].splits,
+                  cases[i].window_splits);
         cr_assert_eq(p.smem_int2, oscar__decode_int2_smem(cases[i].head_dim, cases[i].group, cases[i].q_heads / 8, p.int2_warps));
     }
-    /* forced: 16 with automatic splits (one wave), 16 with forced splits, 4 */
+    /* forced: 16 with automatic splits (one wave; the window splits stay the
+       4-warp rule's 2: at 8 x 32K one measured 65.6 against 63.6 us), 16 with
+       forced splits, 4 */
     TU_OK(bare, plan_geometry(bare, 8, 32448, 0, 128, 128, 32, 16, &p));
-    cr_assert(p.int2_warps == 16 && p.int2_splits == 2, "8 x 32K, 16 forced: %d x %d (one wave: 132 / 64)", p.int2_warps,
-              p.int2_splits);
+    cr_assert(p.int2_warps == 16 && p.int2_splits == 2 && p.window_splits == 2,
+              "8 x 32K, 16 forced: %d x %d + %d (one wave: 132 / 64)", p.int2_warps, p.int2_splits, p.window_splits);
     TU_OK(bare, plan_geometry(bare, 1, 32448, 5, 128, 128, 32, 16, &p));
     cr_assert(p.int2_warps == 16 && p.int2_splits == 5);
     TU_OK(bare, plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 4, &p));
@@ -915,6 +932,34 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     /* forced splits with automatic warps: 4 warps (the splits' meaning stays) */
     TU_OK(bare, plan_geometry(bare, 1, 130752, 16, 128, 128, 32, 0, &p));
     cr_assert(p.int2_warps == 4 && p.int2_splits == 16);
+    /* the window tier's size: without max_window_tokens the plan assumes 512,
+       so at 4 x 64K the window (32 x 512 = 16384 tokens) outweighs a 16-warp
+       split (16304) and 4 warps stay; window splits given with automatic
+       16-warp CTAs are taken as given */
+    {
+        oscar_int2_pool_desc pool = {0};
+        oscar_window_pool_desc win = {0};
+        oscar_decode_plan_desc pd = {0};
+        pool.head_dim = 128, pool.group_size = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+        win.num_pages = 64, win.page_size = 16;
+        pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 4, pd.max_int2_tokens = 65216;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 16 && p.window_splits == 2, "4 x 64K, window 512: %d x %d + %d",
+                  p.int2_warps, p.int2_splits, p.window_splits);
+        pd.max_window_tokens = 320;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 16 && p.int2_splits == 4 && p.window_splits == 1, "4 x 64K, window 320: %d x %d + %d",
+                  p.int2_warps, p.int2_splits, p.window_splits);
+        pd.window_splits = 3;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 16 && p.window_splits == 3, "window splits given: %d x %d + %d", p.int2_warps,
+                  p.int2_splits, p.window_splits);
+        /* no window pool: the window tier does not count */
+        pd.window_pool = NULL, pd.window_splits = 0, pd.max_window_tokens = 0;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 16 && p.int2_splits == 4 && p.window_splits == 0, "no window: %d x %d + %d",
+                  p.int2_warps, p.int2_splits, p.window_splits);
+    }
     /* bad values: a status and a sentence naming the field */
     st = plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 8, &p);
     cr_assert(st == OSCAR_STATUS_INVALID_ARGUMENT && strstr(oscar_last_error(bare), "desc.int2_warps = 8"), "%s",
