@@ -554,9 +554,11 @@ typedef struct oscar_page_table {
                             requests of one KV head that each prep and per-KV-head merge CTA
                             serves, 1 .. 16 / (num_q_heads / num_kv_heads)
        int2_warps           0: chosen (or the tuning table); else forced: warps per INT2
-                            CTA, 4 or 16 (16: ratio <= 4, head_dim <= 128, and the shared
-                            memory must fit; else OSCAR_STATUS_UNSUPPORTED). The plan takes 16
-                            for small batches with long contexts (docs/decode.md)
+                            CTA, 4, 12 or 16 (one CTA per SM -- 16: ratio <= 4, head_dim <=
+                            128; 12: ratio 5-8, head_dim 64, or 128 with group_size 128; and
+                            the shared memory must fit; else OSCAR_STATUS_UNSUPPORTED). The
+                            plan takes 16 or 12 for batches of long contexts that one wave
+                            of them fills (docs/decode.md)
    Every kernel the runs need is compiled (or loaded from the cache) here. */
 typedef struct oscar_decode_plan_desc {
     uint32_t _start_canary;
@@ -585,7 +587,7 @@ typedef struct oscar_decode_plan_info {
     size_t workspace_bytes; /* what oscar_decode_run needs */
     size_t ws_q_offset, ws_o_offset, ws_lse_offset;
     uint32_t smem_int2, smem_window;
-    int32_t int2_warps;     /* warps per INT2 CTA: 4, or 16 */
+    int32_t int2_warps;     /* warps per INT2 CTA: 4, or 16 / 12 (one CTA per SM) */
     void *kernels[4];       /* prep, window, int2, merge (owned by the context) */
 } oscar_decode_plan_info;
 

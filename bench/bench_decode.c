@@ -98,8 +98,8 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--warps") && i + 1 < argc) {
             force_warps = atoi(argv[++i]); /* warps per INT2 CTA; 0 = the plan's */
-            if (force_warps != 0 && force_warps != 4 && force_warps != 16) {
-                printf("--warps wants 0 (the plan's), 4 or 16 warps per INT2 CTA, got %d\n", force_warps);
+            if (force_warps != 0 && force_warps != 4 && force_warps != 12 && force_warps != 16) {
+                printf("--warps wants 0 (the plan's), 4, 12 or 16 warps per INT2 CTA, got %d\n", force_warps);
                 return 2;
             }
         }
@@ -274,14 +274,14 @@ int main(int argc, char **argv) {
         printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d%s | graph %6.1f %6.1f %6.2f %7.1f "
                "%6.2fx\n",
                S->B, (long long)S->ctx, D, us, tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us,
-               bf16_us / us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " w16" : "", g_us, g_floor_us,
+               bf16_us / us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " w16" : plan.int2_warps == 12 ? " w12" : "", g_us, g_floor_us,
                g_us / g_floor_us, g_bf16_us, g_bf16_us / g_us);
         snprintf(md, sizeof md,
                  "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %.1f "
                  "(spread %.1f) | %.1f | %.2f | %.1f | %.2fx | %d + %d%s |",
                  S->B, (long long)S->ctx, D, (long long)L, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps, floor_us,
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_us / g_floor_us, g_bf16_us,
-                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " (16-warp INT2 CTAs)" : "");
+                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " (16-warp INT2 CTAs)" : plan.int2_warps == 12 ? " (12-warp INT2 CTAs)" : "");
         snprintf(js, sizeof js,
                  "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
                  "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "

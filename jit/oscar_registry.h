@@ -89,6 +89,14 @@ OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <
 #define OSCAR__DECODE_INT2_STAGES 4
 #define OSCAR__DECODE_WARPS 4
 #define OSCAR__DECODE_INT2_WIDE 16
+#define OSCAR__DECODE_INT2_WIDE8 12
+/* Warps of the INT2 kernel's one-CTA-per-SM form for a group ratio: 16 at 4
+   heads per lane group (4 CTAs of 4 warps fit an SM: 128 registers a thread
+   at D 128), 12 at 8 heads (3 CTAs of 4: 164 registers), none at 16. */
+OSCAR__PRIVATE int oscar__decode_int2_wide(int group_ratio) {
+    const int h = oscar__int2_heads(group_ratio);
+    return h == 4 ? OSCAR__DECODE_INT2_WIDE : h == 8 ? OSCAR__DECODE_INT2_WIDE8 : 0;
+}
 /* sm_90's shared memory per block (opt-in): the registry's 16-warp set */
 #define OSCAR__SM90_MAX_SMEM_OPTIN 232448
 /* Shared memory per block (opt-in) a context's kernels may use: the
@@ -111,14 +119,17 @@ OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, in
     return OSCAR__MAX(pipe, oscar__decode_combine_bytes(warps, head_dim, group_ratio));
 }
 /* Whether the INT2 kernel exists with `warps` per CTA for this geometry and
-   fits smem_limit bytes of shared memory: 4 always; 16 (decode_int2_kernel's
-   static_assert) with 4 heads per lane group (ratio <= 4) at head dim 64 or
-   128, within the limit (at D 128 group 32 it needs 256 KB: never on sm_90). */
+   fits smem_limit bytes of shared memory: 4 always; the one-CTA-per-SM form
+   (decode_int2_kernel's static_assert) at head dim 64 or 128: 16 warps with
+   4 heads per lane group (ratio <= 4), 12 with 8 (ratio 5-8; at D 128 only
+   with group 128: groups take the registers past 168), within the limit (16
+   warps at D 128 group 32 need 256 KB: never on sm_90). */
 OSCAR__PRIVATE int oscar__decode_int2_warps_exist(int head_dim, int group_size, int group_ratio, int warps,
                                                   int64_t smem_limit) {
     if (warps == OSCAR__DECODE_WARPS) return 1;
-    return warps == OSCAR__DECODE_INT2_WIDE && oscar__int2_heads(group_ratio) == 4 && head_dim <= 128 &&
-           oscar__decode_int2_smem(head_dim, group_size, group_ratio, warps) <= smem_limit;
+    if (warps == 0 || warps != oscar__decode_int2_wide(group_ratio) || head_dim > 128) return 0;
+    if (warps == OSCAR__DECODE_INT2_WIDE8 && head_dim == 128 && group_size != 128) return 0;
+    return oscar__decode_int2_smem(head_dim, group_size, group_ratio, warps) <= smem_limit;
 }
 /* The window kernel: head tiles from the group ratio, the cache's dtype, warps per CTA (2 or 4) */
 OSCAR__PRIVATE void oscar__name_decode_window(char *out, size_t cap, int head_dim, int group_ratio, int kv_dtype,
@@ -229,9 +240,9 @@ OSCAR__PRIVATE void oscar__registry_build(void) {
                     for (sl = OSCAR_K_SCALE_F16_SCALE_MIN; sl <= OSCAR_K_SCALE_F32_SCALE_ZERO; sl++) {
                         oscar__name_decode(name, sizeof name, 2, hd, gs, pss[pi], nh, sl);
                         oscar__registry_add("decode.cuh", "%s", name);
-                        /* the 16-warp CTAs where sm_90 can run them (oscar__decode_int2_warps) */
-                        if (oscar__decode_int2_warps_exist(hd, gs, nh, OSCAR__DECODE_INT2_WIDE, OSCAR__SM90_MAX_SMEM_OPTIN)) {
-                            oscar__name_decode_int2(name, sizeof name, hd, gs, pss[pi], nh, sl, OSCAR__DECODE_INT2_WIDE);
+                        /* the one-CTA-per-SM form where sm_90 can run it (oscar__decode_int2_warps) */
+                        if (oscar__decode_int2_warps_exist(hd, gs, nh, oscar__decode_int2_wide(nh), OSCAR__SM90_MAX_SMEM_OPTIN)) {
+                            oscar__name_decode_int2(name, sizeof name, hd, gs, pss[pi], nh, sl, oscar__decode_int2_wide(nh));
                             oscar__registry_add("decode.cuh", "%s", name);
                         }
                     }

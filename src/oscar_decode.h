@@ -194,17 +194,19 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     return OSCAR__CAST(int32_t, best);
 }
 
-/* The split count of 16-warp INT2 CTAs: one wave of them (one per SM where
-   the occupancy cannot be asked), each split at least 256 tokens, <= 128. */
+/* The split count of one-CTA-per-SM INT2 CTAs (16 or 12 warps,
+   oscar__decode_int2_wide): one wave of them (one per SM where the occupancy
+   cannot be asked), each split at least 256 tokens, <= 128. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                       int64_t base, int64_t L) {
-    const int64_t wave = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_INT2_WIDE) / base;
+    const int64_t wave = oscar__decode_int2_slots(ctx, pl, ratio, oscar__decode_int2_wide(ratio)) / base;
     return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), wave)));
 }
-/* Warps per INT2 CTA, and with 16 its split count (*splits). 16 where the
-   kernel exists for the geometry (oscar__decode_int2_warps_exist) and one
-   wave of 16-warp CTAs (one per SM; s = resident 16-warp CTAs / (batch x KV
-   heads) splits)
+/* Warps per INT2 CTA, and with the one-CTA-per-SM form (16 warps at ratio
+   <= 4, 12 at 5-8: oscar__decode_int2_wide) its split count (*splits). That
+   form where its kernel exists for the geometry (oscar__decode_int2_warps_exist)
+   and one wave of it (one CTA per SM; s = resident CTAs / (batch x KV heads)
+   splits)
    - fills at least 90% of its slots (batch 6 x 8 KV heads: 2 splits, 96 of
      132 SMs -- 6 x 64K 88 against 80 us with 4 warps, 6 x 128K 159 / 138),
    - gives each split at least 5120 tokens (10 tiles per warp),
@@ -224,21 +226,24 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const osca
    count >= 32 and 5120 tokens per split; bench/results/logs/session25_h200.txt)
    chose the same where both apply, e.g. 1 x 128K (16 splits against 64: 34.9
    against 36.1-36.5 us), 1 x 256K, 2 x 128K, 2 x 64K, 1 x 96K, 1 x 128K at
-   D 64; at 1 x 64K (4096 tokens per split) the two warp counts tie. */
+   D 64; at 1 x 64K (4096 tokens per split) the two warp counts tie. 12
+   warps at ratio 8 (section 7, against the 4-warp plan): 1 x 128K 47.3 ->
+   44.9 us, 4 x 128K 133.2 -> 128.5, 16 x 128K 461.2 -> 446.0, 1 x 128K at
+   D 64 34.7 -> 32.7. */
 OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                 int64_t base, int64_t L, int64_t max_win, int32_t s4,
                                                 int32_t *splits) {
+    const int wide = oscar__decode_int2_wide(ratio);
     int64_t slots, s;
     *splits = s4;
-    if (!oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, OSCAR__DECODE_INT2_WIDE,
-                                        oscar__ctx_smem_limit(ctx)))
+    if (!oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, wide, oscar__ctx_smem_limit(ctx)))
         return OSCAR__DECODE_WARPS;
-    slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_INT2_WIDE);
+    slots = oscar__decode_int2_slots(ctx, pl, ratio, wide);
     s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
     if (base > slots || 10 * base * s < 9 * slots || L < 5120 * s || (pl->has_window && base * max_win * s > L))
         return OSCAR__DECODE_WARPS;
     *splits = OSCAR__CAST(int32_t, s);
-    return OSCAR__DECODE_INT2_WIDE;
+    return wide;
 }
 
 OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
@@ -281,9 +286,9 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                     desc->window_splits);
     OSCAR__VALIDATE(&v,
                     desc->int2_warps == 0 || desc->int2_warps == OSCAR__DECODE_WARPS ||
-                        desc->int2_warps == OSCAR__DECODE_INT2_WIDE,
-                    "desc.int2_warps = %d; expected 0 (automatic), %d or %d", desc->int2_warps, OSCAR__DECODE_WARPS,
-                    OSCAR__DECODE_INT2_WIDE);
+                        desc->int2_warps == OSCAR__DECODE_INT2_WIDE8 || desc->int2_warps == OSCAR__DECODE_INT2_WIDE,
+                    "desc.int2_warps = %d; expected 0 (automatic), %d, %d or %d", desc->int2_warps, OSCAR__DECODE_WARPS,
+                    OSCAR__DECODE_INT2_WIDE8, OSCAR__DECODE_INT2_WIDE);
     OSCAR__VALIDATE(&v, desc->requests_per_cta >= 0 && (ratio < 1 || desc->requests_per_cta * ratio <= OSCAR_K_PREP_ROWS),
                     "desc.requests_per_cta = %d with %d query heads per KV head; expected 0 (automatic) or at most "
                     "%d rows per CTA (requests x heads per KV head)",
@@ -294,14 +299,16 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     }
     st = oscar__validate_end(&v);
     if (st != OSCAR_OK) return st;
-    if (desc->int2_warps == OSCAR__DECODE_INT2_WIDE &&
-        !oscar__decode_int2_warps_exist(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE,
+    if (desc->int2_warps > OSCAR__DECODE_WARPS &&
+        !oscar__decode_int2_warps_exist(pool.head_dim, pool.group_size, ratio, desc->int2_warps,
                                         oscar__ctx_smem_limit(ctx)))
         return oscar__fail(ctx, OSCAR_STATUS_UNSUPPORTED,
-                           "oscar_decode_plan: desc.int2_warps = %d needs at most 4 query heads per KV head (have %d), "
-                           "head_dim <= 128 (have %d) and %u bytes of shared memory per block (this device allows %lld)",
-                           desc->int2_warps, ratio, pool.head_dim,
-                           oscar__decode_int2_smem(pool.head_dim, pool.group_size, ratio, OSCAR__DECODE_INT2_WIDE),
+                           "oscar_decode_plan: desc.int2_warps = %d needs %s query heads per KV head (have %d), "
+                           "head_dim <= 128 (have %d)%s and %u bytes of shared memory per block (this device allows %lld)",
+                           desc->int2_warps, desc->int2_warps == OSCAR__DECODE_INT2_WIDE ? "at most 4" : "5 to 8", ratio,
+                           pool.head_dim,
+                           desc->int2_warps == OSCAR__DECODE_INT2_WIDE8 ? ", group_size 128 at head_dim 128" : "",
+                           oscar__decode_int2_smem(pool.head_dim, pool.group_size, ratio, desc->int2_warps),
                            OSCAR__CAST(long long, oscar__ctx_smem_limit(ctx)));
 
     memset(&pl, 0, sizeof pl);
@@ -326,7 +333,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
         pl.int2_splits = 0; /* no INT2 tier (e.g. the BF16 baseline) */
     else if (desc->int2_splits)
         pl.int2_splits = desc->int2_splits;
-    else if (desc->int2_warps == OSCAR__DECODE_INT2_WIDE)
+    else if (desc->int2_warps > OSCAR__DECODE_WARPS)
         pl.int2_splits = oscar__decode_int2_wide_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
     else {
         const int32_t s4 = oscar__decode_int2_splits(ctx, &pl, ratio, base, desc->max_int2_tokens);
@@ -345,7 +352,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
         pl.window_splits = 0;
     else if (desc->window_splits)
         pl.window_splits = desc->window_splits;
-    else if (pl.int2_warps == OSCAR__DECODE_INT2_WIDE && desc->int2_warps == 0 && pl.int2_splits > 0)
+    else if (pl.int2_warps > OSCAR__DECODE_WARPS && desc->int2_warps == 0 && pl.int2_splits > 0)
         pl.window_splits = 1;
     else
         pl.window_splits = OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),

@@ -608,6 +608,7 @@ static const gpu_class decode_classes[] = {
     {"D128 G64 P5 r1 f32 cap", 128, 64, 5, 1, 4, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
     {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
     {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G128 P5 r6 (12/2 heads) f32", 128, 128, 5, 6, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
     {"D128 G64 P16 r2 f16", 128, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
     {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
     {"D64 G32 P1 r8 f32", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
@@ -751,14 +752,15 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
-/* 16-warp INT2 CTAs (v18), forced, on every class that has them (ratio <= 4,
-   head dim <= 128, the stages within the device's shared memory: 7 of
-   decode_classes on the H200): the batch mixes
-   lengths that leave most of a CTA's 16 warps without a tile (empty, 1, 3,
-   777 tokens) with long ones, at the plan's one-wave split count and at 1, 3
-   and 17 splits, workspace and outputs poisoned before each run. The plan's
-   own choice of 16 warps at 1 x 128K runs in large_batch_and_long_context. */
-Test(decode_gpu, int2_warps_16_every_class, .timeout = 1200) {
+/* One-CTA-per-SM INT2 CTAs, forced, on every class that has them: 16 warps
+   (v18; ratio <= 4, head dim <= 128, the stages within the device's shared
+   memory: 7 of decode_classes on the H200) and 12 warps (session 27; ratio
+   5-8 at D 64, or D 128 with group 128: 2 of them): the batch mixes lengths
+   that leave most of a CTA's warps without a tile (empty, 1, 3, 777 tokens)
+   with long ones, at the plan's one-wave split count and at 1, 3 and 17
+   splits, workspace and outputs poisoned before each run. The plan's own
+   choice of 16 warps runs in large_batch_and_long_context. */
+Test(decode_gpu, int2_warps_wide_every_class, .timeout = 1200) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip();
     tu_rng r = tu_seed();
     static const int64_t il[8] = {0, 3, 0, 40000, 4099, 777, 1, 12345};
@@ -771,16 +773,17 @@ Test(decode_gpu, int2_warps_16_every_class, .timeout = 1200) {
         dprob P;
         double *o_ref, *lse_ref;
         int i;
-        if (!oscar__decode_int2_warps_exist(k->D, k->GS, k->ratio, 16, gpu->max_smem_optin)) continue;
-        c.int2_warps = 16;
+        const int wide = oscar__decode_int2_wide(k->ratio);
+        if (!oscar__decode_int2_warps_exist(k->D, k->GS, k->ratio, wide, gpu->max_smem_optin)) continue;
+        c.int2_warps = wide;
         prob_make_with_reference(&r, &c, &P, &o_ref, &lse_ref);
         for (i = 0; i < 4; i++) {
             char what[96];
             derr e;
             P.c.int2_splits = splits[i];
-            snprintf(what, sizeof what, "%s, 16 warps, %d splits", k->name, splits[i]);
+            snprintf(what, sizeof what, "%s, %d warps, %d splits", k->name, wide, splits[i]);
             e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
-            cr_assert(P.plan.int2_warps == 16, "%s: the plan has %d warps per INT2 CTA", what, P.plan.int2_warps);
+            cr_assert(P.plan.int2_warps == wide, "%s: the plan has %d warps per INT2 CTA", what, P.plan.int2_warps);
             cr_log_info("%-48s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
                         e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
         }

@@ -865,13 +865,14 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
 }
 
 /* Warps per INT2 CTA and the window splits that go with them (sessions 25
-   and 27, measured on the H200): 16 where one wave of 16-warp CTAs (one per
-   SM: 132 on the compile-only sm_90 context) fills >= 90% of the SMs, gives
-   each split >= 5120 tokens and at least the window tier's tokens (batch x 8
-   KV heads x 320 here); only where that kernel exists (ratio <= 4, head dim
-   <= 128, its shared memory within sm_90's 227 KB); then one window split
-   per group. Forced values, their validation, and tables with and without
-   int2_warps. Times: graph replay, old plan -> this one. */
+   and 27, measured on the H200): the one-CTA-per-SM form (16 warps at ratio
+   <= 4, 12 at ratio 5-8) where one wave of it (132 CTAs on the compile-only
+   sm_90 context) fills >= 90% of the SMs, gives each split >= 5120 tokens
+   and at least the window tier's tokens (batch x 8 KV heads x 320 here);
+   only where that kernel exists (head dim <= 128, its shared memory within
+   sm_90's 227 KB; 12 warps at D 128 only with group 128); then one window
+   split per group. Forced values, their validation, and tables with and
+   without int2_warps. Times: graph replay, old plan -> this one. */
 Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     static const struct {
         int batch;
@@ -901,7 +902,12 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {1, 32448, 128, 128, 32, 4, 25, 2},   /* 1 x 32K: 2028 tokens per split (21.1 against 20.3) */
         {1, 130752, 256, 256, 32, 4, 64, 2},  /* no 16-warp kernel at D 256 */
         {1, 130752, 128, 32, 32, 4, 64, 2},   /* group 32 at D 128: 256 KB of stages */
-        {1, 130752, 128, 128, 64, 4, 64, 2},  /* ratio 8: no 16-warp kernel */
+        {1, 130752, 128, 128, 64, 12, 16, 1}, /* ratio 8: 12 warps (47.3 -> 44.9 us, session 27) */
+        {4, 130752, 128, 128, 64, 12, 4, 1},  /* ratio 8, 4 x 128K: 133.2 -> 128.5 */
+        {16, 130752, 128, 128, 64, 12, 1, 1}, /* ratio 8, 16 x 128K: 461.2 -> 446.0 */
+        {1, 130752, 64, 32, 64, 12, 16, 1},   /* ratio 8, D 64 group 32 */
+        {1, 130752, 128, 64, 64, 4, 64, 2},   /* ratio 8, D 128 group 64: no 12-warp kernel (190 registers) */
+        {1, 130752, 128, 128, 128, 4, 64, 2}, /* ratio 16: no one-CTA-per-SM kernel */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
@@ -970,6 +976,19 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
               "%s", oscar_last_error(bare));
     st = plan_geometry(bare, 1, 130752, 0, 128, 128, 64, 16, &p);
     cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "(have 8)"), "%s", oscar_last_error(bare));
+    /* 12 warps: ratio 5-8 only, at D 128 with group 128 only; forced with
+       automatic splits: one wave (132 / 8 groups) */
+    st = plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 12, &p);
+    cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "desc.int2_warps = 12 needs 5 to 8") &&
+                  strstr(oscar_last_error(bare), "(have 4)"),
+              "%s", oscar_last_error(bare));
+    st = plan_geometry(bare, 1, 130752, 0, 128, 64, 64, 12, &p);
+    cr_assert(st == OSCAR_STATUS_UNSUPPORTED && strstr(oscar_last_error(bare), "group_size 128 at head_dim 128"), "%s",
+              oscar_last_error(bare));
+    TU_OK(bare, plan_geometry(bare, 1, 32448, 0, 128, 128, 48, 12, &p));
+    cr_assert(p.int2_warps == 12 && p.int2_splits == 16 && p.window_splits == 2, "ratio 6, 12 forced: %d x %d + %d",
+              p.int2_warps, p.int2_splits, p.window_splits);
+    cr_assert_eq(p.smem_int2, oscar__decode_int2_smem(128, 128, 6, 12));
     /* a compile-only sm_89 context: 99 KB of shared memory per block, so no
        16-warp CTAs at D 128 (160 KB of stages), but at D 64 group 64 (96 KB) */
     {

@@ -90,7 +90,7 @@ static const oscar__tune_family_def oscar__tune_families[OSCAR__TUNE_FAMILY_COUN
       OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT, OSCAR__TUNE_KEY_INT},
      4,
      {{"int2_splits", 8, {1, 2, 4, 8, 16, 32, 64, 128}}, {"window_splits", 5, {1, 2, 4, 8, 16}},
-      {"requests_per_cta", 5, {1, 2, 4, 8, 16}}, {"int2_warps", 2, {OSCAR__DECODE_WARPS, OSCAR__DECODE_INT2_WIDE}}},
+      {"requests_per_cta", 5, {1, 2, 4, 8, 16}}, {"int2_warps", 3, {OSCAR__DECODE_WARPS, OSCAR__DECODE_INT2_WIDE8, OSCAR__DECODE_INT2_WIDE}}},
      {"decode.cuh", "common.cuh", "oscar_params.h"}},
     {"merge_states",
      4,
