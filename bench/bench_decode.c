@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     oscar_desc desc = {0};
     oscar_ctx *ctx = NULL;
     bu_report rep;
-    char md[1024], js[2048];
+    char md[1024], js[2048], wshort[16], wlong[32];
     int si, i, reps = 30, warmup = 5, q_heads = 32;
     char about[2048];
     shape one;
@@ -271,17 +271,23 @@ int main(int argc, char **argv) {
             free(bsets);
             cudaFree(b_ip), cudaFree(b_idx), cudaFree(b_last);
         }
+        /* the INT2 CTA's warps where not the usual 4 */
+        wshort[0] = wlong[0] = 0;
+        if (plan.int2_warps != 4) {
+            snprintf(wshort, sizeof wshort, " w%d", plan.int2_warps);
+            snprintf(wlong, sizeof wlong, " (%d-warp INT2 CTAs)", plan.int2_warps);
+        }
         printf("%4d x %-6lld %4d %10.1f %10.3f %7.1f%% %8.1f %7.2f %10.1f %7.2fx %3d+%d%s | graph %6.1f %6.1f %6.2f %7.1f "
                "%6.2fx\n",
                S->B, (long long)S->ctx, D, us, tbps, 100 * tbps / rep.copy_tbps, floor_us, us / floor_us, bf16_us,
-               bf16_us / us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " w16" : plan.int2_warps == 12 ? " w12" : "", g_us, g_floor_us,
+               bf16_us / us, plan.int2_splits, plan.window_splits, wshort, g_us, g_floor_us,
                g_us / g_floor_us, g_bf16_us, g_bf16_us / g_us);
         snprintf(md, sizeof md,
                  "| %d x %lld | %d | %lld | %.1f (spread %.1f) | %.0f | %.3f | %.1f%% | %.1f | %.2f | %.1f | %.2fx | %.1f "
                  "(spread %.1f) | %.1f | %.2f | %.1f | %.2fx | %d + %d%s |",
                  S->B, (long long)S->ctx, D, (long long)L, us, spread, bytes, tbps, 100 * tbps / rep.copy_tbps, floor_us,
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_us / g_floor_us, g_bf16_us,
-                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits, plan.int2_warps == 16 ? " (16-warp INT2 CTAs)" : plan.int2_warps == 12 ? " (12-warp INT2 CTAs)" : "");
+                 g_bf16_us / g_us, plan.int2_splits, plan.window_splits, wlong);
         snprintf(js, sizeof js,
                  "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
                  "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "

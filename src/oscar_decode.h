@@ -197,10 +197,13 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
 /* The split count of one-CTA-per-SM INT2 CTAs (16 or 12 warps,
    oscar__decode_int2_wide): one wave of them (one per SM where the occupancy
    cannot be asked), each split at least 256 tokens, <= 128. */
+OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits_in(int64_t slots, int64_t base, int64_t L) {
+    return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), slots / base)));
+}
 OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                       int64_t base, int64_t L) {
-    const int64_t wave = oscar__decode_int2_slots(ctx, pl, ratio, oscar__decode_int2_wide(ratio)) / base;
-    return OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN(128, (L + 255) / 256), wave)));
+    return oscar__decode_int2_wide_splits_in(oscar__decode_int2_slots(ctx, pl, ratio, oscar__decode_int2_wide(ratio)),
+                                             base, L);
 }
 /* Warps per INT2 CTA, and with the one-CTA-per-SM form (16 warps at ratio
    <= 4, 12 at 5-8: oscar__decode_int2_wide) its split count (*splits). That
@@ -238,8 +241,8 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
     *splits = s4;
     if (!oscar__decode_int2_warps_exist(pl->head_dim, pl->group_size, ratio, wide, oscar__ctx_smem_limit(ctx)))
         return OSCAR__DECODE_WARPS;
-    slots = oscar__decode_int2_slots(ctx, pl, ratio, wide);
-    s = oscar__decode_int2_wide_splits(ctx, pl, ratio, base, L);
+    slots = oscar__decode_int2_slots(ctx, pl, ratio, wide); /* one occupancy probe for both uses */
+    s = oscar__decode_int2_wide_splits_in(slots, base, L);
     if (base > slots || 10 * base * s < 9 * slots || L < 5120 * s || (pl->has_window && base * max_win * s > L))
         return OSCAR__DECODE_WARPS;
     *splits = OSCAR__CAST(int32_t, s);
