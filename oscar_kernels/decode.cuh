@@ -34,7 +34,8 @@
    code word keeps quarter k of 4 bytes: code * 4^k as 4 u8 values, no
    conversion; q' is an integer per head (24 bits of its largest element)
    times 4^(3-k), as four s8 digits in four B columns, so the s32 sums are
-   exact and one IMAD + I2F per digit pair rebuilds the dot product.
+   exact and one IMAD + I2F per digit pair rebuilds the dot product. At 8
+   and 16 heads, three digits (v20, q_digits).
    PV: p*scale in bf16 hi + lo against the codes as exact bf16 values,
    mma m16n8k16, f32 accumulation; v7: one AND per code pair (the codes as
    bf16 subnormals, code * 4^k * 2^-133, weights scaled by 2^64, the sums
@@ -47,7 +48,11 @@
    movmatrix. Softmax is online in base 2 with f32 state per head.
    v18 (session 25): 16-warp INT2 CTAs for small batches with long contexts
    (a template parameter; the plan's choice): 1 x 256K 59 -> 53 us on the H200.
-   v12-v17: docs/decode.md.
+   v12-v17, v19: docs/decode.md.
+   v20 (session 28): q' as three digits at 8 and 16 heads per KV head (a
+   quarter fewer QK IMMA; the codes of quarters 2-3 shifted down so q' keeps
+   20-22 bits): ratio 8 -2 to -5%, ratio 16 -8 to -10% on the H200; the
+   4-head kernels unchanged.
    v11: prep's q loads all in flight (raw values first, one scale; v10's
    change there had not taken effect: SASS), and the per-head merge loads its
    first split partials with the weights' round trip instead of three round
@@ -167,14 +172,53 @@ __device__ __forceinline__ float q_value(const oscar_decode_params &p, u16 x, fl
 
 /* Workspace regions of the prepared queries (written by decode_prep_kernel,
    read by decode_int2_kernel), per (request, KV head):
-     frags  [HEADS/2 n-tiles][D/32 k-steps][32 lanes] uint2: the IMMA B
-            fragments of q' as signed base-256 digits (see decode_prep_kernel)
+     frags  [NT n-tiles][D/32 k-steps][32 lanes] uint2: the IMMA B
+            fragments of q' as signed base-256 digits (see decode_prep_kernel;
+            NT = HEADS / 2 with four digits, 3 HEADS / 8 with three)
      sums   [HEADS][G] f32: sum of q' over each group (as the digits carry it),
-            then [HEADS] f32: 1 / (64 S_h), what turns a head's integer dot
+            then [HEADS] f32: 1 / (64 S_h) (q_digits: 2^(e - QBITS - QSHIFT)), what turns a head's integer dot
             products back into q' . codes */
+/* q' as signed base-256 digits in the IMMA's B operand.
+   Four digits at 4 heads (where 12 digit columns would fill two n-tiles all
+   the same): the codes of quarter k go in as code * 4^k (one AND per 4
+   codes, qk_code_frags), so q' is M = rint(q' S) with |M| < 2^23 and its
+   quarter-k values are M * 4^(3-k) (< 2^29).
+   Three digits at 8 and 16 heads (v20: a quarter fewer QK IMMA per tile,
+   qk_digit_ntile): the codes of quarters 2 and 3 are shifted down first
+   (one SHF per code word: quarters as code * 1, * 4, * 1, * 4), so a value
+   is rint(q' C / 4^(k & 1)) with |q' C| < 2^22: q' to 22 bits in quarters 0
+   and 2, 20 in 1 and 3, and |value| <= 2^22 keeps the top digit in
+   [-64, 64]. (Without the shift, q' to 17 bits for every quarter took the
+   lse 1.4e-3 from the float64 reference at lse ~51, past the 1e-3 bound.) */
+template <int HEADS>
+struct q_digits {
+    static constexpr int DIGITS = HEADS == 4 ? 4 : 3;
+    static constexpr bool SHIFTED = DIGITS == 3; /* quarters 2 and 3 shifted down (qk_code_frags) */
+    /* log2 of the scale for amax < 2^e: S = 2^(QBITS - e) */
+    static constexpr int QBITS = DIGITS == 4 ? 23 : 22;
+    /* 1 / (the integer dot product's scale) = 2^(e - QBITS - QSHIFT) */
+    static constexpr int QSHIFT = DIGITS == 4 ? 6 : 0;
+    static constexpr int NT = HEADS * DIGITS / 8; /* QK n-tiles */
+};
+/* The n-tile and column of digit k of head h (h < HEADS) in the IMMA B
+   operand, chosen so that lane c of an accumulator fragment (columns 2c,
+   2c + 1) holds the digits of its heads c + 4 j. Four digits: n-tile
+   2 (h / 4) + k / 2, column 2 (h % 4) + k % 2 (digits 0 + 1 and 2 + 3 side by
+   side). Three digits, per pair of head slots (2 jp, 2 jp + 1): digits 0 and
+   1 of slot e in n-tile 3 jp + e, columns 2 (h % 4) + k; digit 2 of both in
+   n-tile 3 jp + 2, column 2 (h % 4) + e. */
+template <int HEADS>
+__device__ __forceinline__ void qk_digit_ntile(int h, int k, int &nt, int &col) {
+    if constexpr (q_digits<HEADS>::DIGITS == 4) {
+        nt = 2 * (h / 4) + k / 2, col = 2 * (h % 4) + (k & 1);
+    } else {
+        const int jp = h / 8, e = (h / 4) & 1;
+        nt = k < 2 ? 3 * jp + e : 3 * jp + 2, col = 2 * (h % 4) + (k < 2 ? k : e);
+    }
+}
 template <int D, int HEADS>
 struct q_workspace {
-    static constexpr int NT = HEADS / 2, KSI = D / 32;
+    static constexpr int NT = q_digits<HEADS>::NT, KSI = D / 32;
     __device__ static uint2 *frags(const oscar_decode_params &p, int b, int kvh) {
         return reinterpret_cast<uint2 *>(p.ws_q) + (static_cast<i64>(b) * p.pool.num_kv_heads + kvh) * NT * KSI * 32;
     }
@@ -240,15 +284,19 @@ __device__ __forceinline__ u32 tf32_round(float x) {
    D >= 128: block ks / 4, quarter ks % 4 of r[block][0..3]
    (token g | g + 8, bytes 4c.. | 16 + 4c..). D = 64 (16-byte rows): quarter
    2 ks of r[0][0..1] in k 0-15, quarter 2 ks + 1 in k 16-31. */
-template <int D, int NBLK>
+template <int D, int NBLK, bool SHIFTED = false>
 __device__ __forceinline__ void qk_code_frags(const u32 (&r)[NBLK][4], int ks, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
+    /* SHIFTED (q_digits): quarters 2 and 3 from the word shifted down by 4,
+       as code * 1 and code * 4 */
     if constexpr (D == 64) {
-        const u32 m0 = 0x03030303u << (4 * ks), m1 = 0x03030303u << (4 * ks + 2);
-        a0 = r[0][0] & m0, a1 = r[0][1] & m0, a2 = r[0][0] & m1, a3 = r[0][1] & m1;
+        const int sh = SHIFTED ? 0 : 4 * ks;
+        const u32 m0 = 0x03030303u << sh, m1 = 0x03030303u << (sh + 2);
+        const u32 w0 = SHIFTED && ks == 1 ? r[0][0] >> 4 : r[0][0], w1 = SHIFTED && ks == 1 ? r[0][1] >> 4 : r[0][1];
+        a0 = w0 & m0, a1 = w1 & m0, a2 = w0 & m1, a3 = w1 & m1;
     } else {
-        const int bk = ks / 4;
-        const u32 m = 0x03030303u << (2 * (ks % 4));
-        a0 = r[bk][0] & m, a1 = r[bk][1] & m, a2 = r[bk][2] & m, a3 = r[bk][3] & m;
+        const int bk = ks / 4, k = ks % 4, sh = SHIFTED && k >= 2 ? 4 : 0;
+        const u32 m = 0x03030303u << (2 * k - sh);
+        a0 = (r[bk][0] >> sh) & m, a1 = (r[bk][1] >> sh) & m, a2 = (r[bk][2] >> sh) & m, a3 = (r[bk][3] >> sh) & m;
     }
 }
 
@@ -652,7 +700,9 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
         for (int k = 16; k > 0; k >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
         int e = 0;
         frexpf(amax, &e); /* amax < 2^e (e = 0 for 0) */
-        const float S = ldexpf(1.f, 23 - e);
+        constexpr int QB = q_digits<HEADS>::QBITS;
+        constexpr bool SHIFTED = q_digits<HEADS>::SHIFTED;
+        const float S = ldexpf(1.f, QB - e);
         /* v10: the row's per-group sums of Q here (a phase of its own before:
            ~0.4-2.5 us of prep by a per-CTA trace); integers, exact in any order */
         double gs[G];
@@ -661,9 +711,11 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
 #pragma unroll
         for (int k = 0; k < D / 32; k++) {
             const int d = lane + 32 * k;
-            const float v = rintf(qs[j][d] * S);
+            /* SHIFTED: quarters 1 and 3 (d / (D / 4) odd) at a quarter of the scale */
+            const bool q4 = SHIFTED && ((d / (D / 4)) & 1);
+            const float v = rintf(qs[j][d] * (q4 ? 0.25f * S : S));
             qs[j][d] = v;
-            gs[d / GROUP_SIZE] += v;
+            gs[d / GROUP_SIZE] += q4 ? 4.f * v : v; /* exact: |4 v| <= 2^22 */
         }
         const int bb = j / r, h = j % r;
         float *sums = QW::sums(p, b0 + bb, kvh, G);
@@ -671,16 +723,16 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
         for (int grp = 0; grp < G; grp++) {
 #pragma unroll
             for (int k = 16; k > 0; k >>= 1) gs[grp] += __shfl_xor_sync(0xffffffffu, gs[grp], k);
-            if (lane == 0) sums[h * G + grp] = static_cast<float>(ldexp(gs[grp], e - 23));
+            if (lane == 0) sums[h * G + grp] = static_cast<float>(ldexp(gs[grp], e - QB));
         }
-        if (lane == 0) sums[HEADS * G + h] = ldexpf(1.f, e - 29);
+        if (lane == 0) sums[HEADS * G + h] = ldexpf(1.f, e - QB - q_digits<HEADS>::QSHIFT);
     }
     /* heads h >= r of an instantiation's HEADS: sums 0, E = 0 */
     for (int i = t; i < nreq * (HEADS - r); i += THREADS) {
         float *sums = QW::sums(p, b0 + i / (HEADS - r), kvh, G);
         const int h = r + i % (HEADS - r);
         for (int grp = 0; grp < G; grp++) sums[h * G + grp] = 0.f;
-        sums[HEADS * G + h] = ldexpf(1.f, -29);
+        sums[HEADS * G + h] = ldexpf(1.f, -q_digits<HEADS>::QBITS - q_digits<HEADS>::QSHIFT);
     }
     __syncthreads();
     /* fragments of each request; heads h >= r of an instantiation's HEADS are
@@ -690,7 +742,11 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
        derived all four digits of each value to keep one: ~1.3M of the 6.9M
        warp instructions at 128 x 4K). With u = M + 0x808080, bytes 0-2 of u
        are d0..d2 + 128 and u >> 24 is d3 (signed base-256 digits, each in
-       [-128, 127]), so the digit bytes of M are the bytes of u ^ 0x808080. */
+       [-128, 127]), so the digit bytes of M are the bytes of u ^ 0x808080.
+       Three digits (|value| <= 2^22, q_digits): u = value + 0x8080, bytes 0-1
+       d0, d1 + 128, and byte 2 of u is d2 in [-64, 64] as it stands. */
+    constexpr int DIGITS = q_digits<HEADS>::DIGITS;
+    constexpr u32 BIAS = DIGITS == 4 ? 0x00808080u : 0x00008080u;
     constexpr int IPR = HEADS * KSI * 4; /* items per request */
     for (int i = t; i < nreq * IPR; i += THREADS) {
         const int bb = i / IPR, f = i % IPR;
@@ -704,8 +760,8 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
                 for (int e = 0; e < 4; e++) {
                     int quarter;
                     const int d = MAP::qk_dim(ks, 16 * reg + 4 * c + e, quarter);
-                    const int m = static_cast<int>(qs[bb * r + h][d]) * (1 << (2 * (3 - quarter)));
-                    v[e] = (static_cast<u32>(m) + 0x00808080u) ^ 0x00808080u;
+                    const int m = static_cast<int>(qs[bb * r + h][d]) * (DIGITS == 3 ? 1 : 1 << (2 * (3 - quarter)));
+                    v[e] = (static_cast<u32>(m) + BIAS) ^ BIAS;
                 }
             /* 4 x 4 byte transpose: word k = byte k of v[0..3] */
             const u32 t0 = __byte_perm(v[0], v[1], 0x5140), t1 = __byte_perm(v[2], v[3], 0x5140);
@@ -713,11 +769,11 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
             w[0][reg] = __byte_perm(t0, t1, 0x5410), w[1][reg] = __byte_perm(t0, t1, 0x7632);
             w[2][reg] = __byte_perm(t2, t3, 0x5410), w[3][reg] = __byte_perm(t2, t3, 0x7632);
         }
-        /* digit k of head h: n-tile 2 (h / 4) + k / 2, column g = 2 (h % 4) + k % 2 */
         uint2 *fr = QW::frags(p, b0 + bb, kvh);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int nt = 2 * hb + k / 2, g = 2 * hh + (k & 1);
+        for (int k = 0; k < DIGITS; k++) {
+            int nt, g;
+            qk_digit_ntile<HEADS>(h, k, nt, g);
             fr[(nt * KSI + ks) * 32 + 4 * g + c] = make_uint2(w[k][0], w[k][1]);
         }
     }
@@ -773,7 +829,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
     using namespace detail;
     static_assert(HEADS == 4 || HEADS == 8 || HEADS == 16, "heads per KV head");
     constexpr int HS = HEADS / 4;            /* head slots per lane */
-    constexpr int NT = HEADS / 2;            /* QK n-tiles: 4 digit columns per head */
+    constexpr int NT = q_digits<HEADS>::NT;  /* QK n-tiles: 4 digit columns per head, or 3 (q_digits) */
     constexpr bool PACK = HEADS == 4;
     constexpr int NV = PACK ? 1 : HEADS / 8; /* PV n-tiles */
     constexpr int NHC = HEADS > 8 ? 2 : 1;   /* 8-head tiles of the CTA combine */
@@ -926,7 +982,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
         issue(next_page, next_off, s);
         fetch_page(next_page, next_off);
     }
-    /* ---- q' digits (decode_prep_kernel), per-group sums, 1 / (64 S). The
+    /* ---- q' digits (decode_prep_kernel), per-group sums, the dot products' inverse scale. The
        first tiles' page ids and copies (inputs only) are already in flight:
        they overlap the prep kernel's tail. */
     pdl_wait();
@@ -995,7 +1051,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                 for (int ks = 0; ks < KSI; ks++) {
                     if (MAP::qk_group_base(ks) / GROUP_SIZE != grp) continue;
                     u32 a0, a1, a2, a3;
-                    qk_code_frags<D>(kr, ks, a0, a1, a2, a3);
+                    qk_code_frags<D, NBLK, q_digits<HEADS>::SHIFTED>(kr, ks, a0, a1, a2, a3);
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) imma_16832(si[nt], a0, a1, a2, a3, qf[ks][nt][0], qf[ks][nt][1]);
                 }
@@ -1005,9 +1061,12 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                     scale_pair(ksb, sub * 16 + g + 8 * half, grp, sc, zm);
 #pragma unroll
                     for (int j = 0; j < HS; j++) {
-                        /* digits 0 + 1 and 2 + 3: |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256) */
-                        const int lo = si[2 * j][2 * half] + 256 * si[2 * j][2 * half + 1];
-                        const int hi = si[2 * j + 1][2 * half] + 256 * si[2 * j + 1][2 * half + 1];
+                        /* digits 0 + 1 and 2 + 3 (or 2 alone): |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256);
+                           the n-tiles as qk_digit_ntile places them */
+                        constexpr bool D4 = q_digits<HEADS>::DIGITS == 4;
+                        const int nlo = D4 ? 2 * j : 3 * (j / 2) + (j & 1), nhi = D4 ? 2 * j + 1 : 3 * (j / 2) + 2;
+                        const int lo = si[nlo][2 * half] + 256 * si[nlo][2 * half + 1];
+                        const int hi = D4 ? si[nhi][2 * half] + 256 * si[nhi][2 * half + 1] : si[nhi][2 * half + (j & 1)];
                         const float x = fmaf(static_cast<float>(hi), 65536.f, static_cast<float>(lo));
                         if constexpr (F32_SCALES) {
                             sv[half][j] = fmaf(sc, fmaf(x, qinv[j], -(zm * qsum[j][grp])), sv[half][j]);

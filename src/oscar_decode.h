@@ -370,11 +370,13 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     splits_total = OSCAR__CAST(size_t, pl.int2_splits + pl.window_splits);
     pl.ws_q_offset = 0;
     {
-        /* INT2 q' digit fragments [b][kvh][HEADS/2 n-tiles][D/32 k-steps][lane] 8 B, then group
-           sums and scales [b][kvh][HEADS][G + 1] f32 (the layout of q_workspace in decode.cuh) */
+        /* INT2 q' digit fragments [b][kvh][NT n-tiles][D/32 k-steps][lane] 8 B, then group
+           sums and scales [b][kvh][HEADS][G + 1] f32 (the layout of q_workspace in decode.cuh;
+           NT = HEADS / 2 with four digits at 4 heads, 3 HEADS / 8 with three at 8 and 16: q_digits) */
         size_t heads = OSCAR__CAST(size_t, oscar__int2_heads(ratio)), Hkv = OSCAR__CAST(size_t, pl.num_kv_heads);
         size_t G = OSCAR__CAST(size_t, pl.head_dim / pl.group_size);
-        size_t q_bytes = B * Hkv * (heads / 2) * (D / 32) * 32 * 8 + B * Hkv * heads * (G + 1) * 4;
+        size_t nt = heads == 4 ? 2 : 3 * heads / 8;
+        size_t q_bytes = B * Hkv * nt * (D / 32) * 32 * 8 + B * Hkv * heads * (G + 1) * 4;
         pl.ws_o_offset = oscar__align256(q_bytes);
     }
     pl.ws_lse_offset = pl.ws_o_offset + oscar__align256(B * Hq * splits_total * D * 4);
