@@ -6,11 +6,14 @@
    Prints a table and writes bench/results/decode.md and .json.
      usage: bench_decode [--quick] [--shape B:CTX:D] [--reps N] [--out DIR]
                          [--int2-layout nhd|hnd] [--page N] [--v-absorbed]
-                         [--splits INT2:WINDOW]
+                         [--splits INT2:WINDOW] [--q-heads N] [--warps N]
      --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1).
      --v-absorbed: V's rotation folded into the model's weights (v_rotation =
      NULL: the merge applies no R_v^T), as with quantize's V-absorbed mode;
      writes decode_v_absorbed.md / .json instead.
+     --q-heads N: N query heads over the 8 KV heads (32 by default); other
+     counts write decode_qN.md / .json (decode_v_absorbed_qN with it).
+     --warps N: force the INT2 kernel's warps per CTA (4, 12 or 16).
      --splits: force the split counts (0: the plan's, from the tuning table or
      the heuristic), e.g. to try counts the tuner's candidates lack. */
 #define OSCAR_IMPLEMENTATION
@@ -123,7 +126,12 @@ int main(int argc, char **argv) {
         printf("bench_decode needs a CUDA GPU: %s\n", oscar_last_error(NULL));
         return 0;
     }
-    bu_report_open(&rep, v_absorbed ? "decode_v_absorbed" : "decode", argc, argv, out_dir);
+    { /* decode[_v_absorbed][_q<heads>].md / .json: 32 query heads keep the name */
+        char name[64];
+        snprintf(name, sizeof name, "%s", v_absorbed ? "decode_v_absorbed" : "decode");
+        if (q_heads != 32) snprintf(name + strlen(name), sizeof name - strlen(name), "_q%d", q_heads);
+        bu_report_open(&rep, name, argc, argv, out_dir);
+    }
     snprintf(about, sizeof about,
              "%d query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
         "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; %s. Bytes = INT2 codes + scales + window "
