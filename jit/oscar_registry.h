@@ -92,7 +92,9 @@ OSCAR__PRIVATE int oscar__int2_heads(int32_t group_ratio) { return group_ratio <
 #define OSCAR__DECODE_INT2_WIDE8 12
 /* Warps of the INT2 kernel's one-CTA-per-SM form for a group ratio: 16 at 4
    heads per lane group (4 CTAs of 4 warps fit an SM: 128 registers a thread
-   at D 128), 12 at 8 heads (3 CTAs of 4: 164 registers), none at 16. */
+   at D 128), 12 at 8 heads (3 CTAs of 4: 149 registers at D 128 since v20,
+   164 before; 16 warps at 128 registers were 4-5% slower, session 28),
+   none at 16. */
 OSCAR__PRIVATE int oscar__decode_int2_wide(int group_ratio) {
     const int h = oscar__int2_heads(group_ratio);
     return h == 4 ? OSCAR__DECODE_INT2_WIDE : h == 8 ? OSCAR__DECODE_INT2_WIDE8 : 0;
