@@ -6,7 +6,7 @@
    Prints a table and writes bench/results/decode.md and .json.
      usage: bench_decode [--quick] [--shape B:CTX:D] [--reps N] [--out DIR]
                          [--int2-layout nhd|hnd] [--page N] [--v-absorbed]
-                         [--splits INT2:WINDOW] [--q-heads N] [--warps N]
+                         [--splits INT2:WINDOW] [--q-heads N] [--warps N] [--group N]
      --shape runs one shape (e.g. under a profiler: --shape 32:32768:128 --reps 1).
      --v-absorbed: V's rotation folded into the model's weights (v_rotation =
      NULL: the merge applies no R_v^T), as with quantize's V-absorbed mode;
@@ -14,6 +14,8 @@
      --q-heads N: N query heads over the 8 KV heads (32 by default); other
      counts write decode_qN.md / .json (decode_v_absorbed_qN with it).
      --warps N: force the INT2 kernel's warps per CTA (4, 12 or 16).
+     --group N: scale groups of N dims (32, 64, 128 or 256; the head dim
+     where that is smaller; default the head dim); writes decode[...]_gN.
      --splits: force the split counts (0: the plan's, from the tuning table or
      the heuristic), e.g. to try counts the tuner's candidates lack. */
 #define OSCAR_IMPLEMENTATION
@@ -82,8 +84,8 @@ int main(int argc, char **argv) {
     oscar_ctx *ctx = NULL;
     bu_report rep;
     char md[1024], js[2048], wshort[16], wlong[32];
-    int si, i, reps = 30, warmup = 5, q_heads = 32;
-    char about[2048];
+    int si, i, reps = 30, warmup = 5, q_heads = 32, group = 0;
+    char about[2048], gdesc[64];
     shape one;
     int v_absorbed = 0, force_int2 = 0, force_win = 0, force_warps = 0;
     for (i = 1; i < argc; i++) {
@@ -113,6 +115,13 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
+            group = atoi(argv[++i]); /* scale group size; 0 = the head dim (capped at it per shape) */
+            if (group != 0 && group != 32 && group != 64 && group != 128 && group != 256) {
+                printf("--group wants 0 (the head dim), 32, 64, 128 or 256, got %d\n", group);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
@@ -126,21 +135,23 @@ int main(int argc, char **argv) {
         printf("bench_decode needs a CUDA GPU: %s\n", oscar_last_error(NULL));
         return 0;
     }
-    { /* decode[_v_absorbed][_q<heads>].md / .json: 32 query heads keep the name */
+    { /* decode[_v_absorbed][_q<heads>][_g<group>].md / .json: the defaults keep the name */
         char name[64];
         snprintf(name, sizeof name, "%s", v_absorbed ? "decode_v_absorbed" : "decode");
         if (q_heads != 32) snprintf(name + strlen(name), sizeof name - strlen(name), "_q%d", q_heads);
+        if (group) snprintf(name + strlen(name), sizeof name - strlen(name), "_g%d", group);
         bu_report_open(&rep, name, argc, argv, out_dir);
     }
+    snprintf(gdesc, sizeof gdesc, group ? "%d (the head dim where that is smaller)" : "head dim", group);
     snprintf(about, sizeof about,
-             "%d query / 8 KV heads, group = head dim, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
+             "%d query / 8 KV heads, group = %s, f16 scale+min, INT2 pages of 16 tokens; each request has 64 sink + "
         "256 recent tokens in the engine's bf16 cache (NHD, pages of 16) and the rest in INT2; %s. Bytes = INT2 codes + scales + window "
         "K/V + q + page tables read, o written. Read floor = a kernel that only reads those bytes (16-byte loads). "
         "BF16 decode = oscar's bf16 paged decode kernel over all tokens (same pages, no rotation). Medians of 30 "
         "CUDA-event timings after warm-up, inputs rotating over copies larger than the L2. Direct = one oscar_decode_run "
         "(or probe / BF16 run) per timing, host launch work included; graph = the same step captured once per input "
         "copy into a CUDA graph and replayed, as engines run decode steps (no host work between the kernels).",
-             q_heads,
+             q_heads, gdesc,
              v_absorbed ? "R_k applied (q rotated in the kernel), V's rotation absorbed into the model's weights "
                           "(v_rotation = NULL: no R_v^T in the merge)"
                         : "R_k and R_v applied (q rotated in the kernel, the INT2 output brought back with R_v^T)");
@@ -172,6 +183,7 @@ int main(int argc, char **argv) {
         bds_tables(&rng, S->B, L, int2_ps, &d_ip, &d_idx, &d_last, &int2_pages);
         bds_tables(&rng, S->B, W, wps, &d_wip, &d_widx, &d_wlast, &win_pages);
         pool.head_dim = D, pool.num_kv_heads = Hkv, pool.num_pages = int2_pages, pool.page_size = int2_ps;
+        pool.group_size = group && group < D ? group : D;
         pool.layout = int2_layout;
         BU_OK(ctx, oscar_int2_pool_bytes(ctx, &pool, &code_bytes, &scale_bytes));
         win.num_pages = win_pages, win.page_size = wps;
@@ -297,13 +309,13 @@ int main(int argc, char **argv) {
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_us / g_floor_us, g_bf16_us,
                  g_bf16_us / g_us, plan.int2_splits, plan.window_splits, wlong);
         snprintf(js, sizeof js,
-                 "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"q_heads\": 32, \"kv_heads\": 8, \"int2_tokens\": %lld, "
+                 "{\"batch\": %d, \"context\": %lld, \"head_dim\": %d, \"group_size\": %d, \"q_heads\": %d, \"kv_heads\": 8, \"int2_tokens\": %lld, "
                  "\"window_tokens\": %lld, \"int2_page_size\": %d, \"int2_layout\": \"%s\", \"time_us\": %.2f, \"spread_us\": %.2f, "
                  "\"bytes\": %.0f, \"tbps\": %.4f, \"frac_copy_bw\": %.4f, \"read_floor_us\": %.2f, \"ratio_to_floor\": %.3f, "
                  "\"bf16_time_us\": %.2f, \"speedup_vs_bf16\": %.3f, \"graph_time_us\": %.2f, \"graph_spread_us\": %.2f, "
                  "\"graph_read_floor_us\": %.2f, \"graph_bf16_time_us\": %.2f, \"graph_speedup_vs_bf16\": %.3f, "
                  "\"int2_splits\": %d, \"window_splits\": %d, \"int2_warps\": %d}",
-                 S->B, (long long)S->ctx, D, (long long)L, (long long)W, int2_ps,
+                 S->B, (long long)S->ctx, D, pool.group_size, Hq, (long long)L, (long long)W, int2_ps,
                  int2_layout == OSCAR_KV_LAYOUT_HND ? "HND" : "NHD", us, spread, bytes, tbps, tbps / rep.copy_tbps, floor_us,
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_bf16_us, g_bf16_us / g_us,
                  plan.int2_splits, plan.window_splits, plan.int2_warps);
