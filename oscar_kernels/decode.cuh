@@ -1062,11 +1062,13 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 #pragma unroll
                     for (int j = 0; j < HS; j++) {
                         /* digits 0 + 1 and 2 + 3 (or 2 alone): |d0 + 256 d1| < 2^31 (|digit sum| <= 128 * 192 * 256);
-                           the n-tiles as qk_digit_ntile places them */
-                        constexpr bool D4 = q_digits<HEADS>::DIGITS == 4;
-                        const int nlo = D4 ? 2 * j : 3 * (j / 2) + (j & 1), nhi = D4 ? 2 * j + 1 : 3 * (j / 2) + 2;
+                           n-tiles and column parities of slot j's head (any c) from qk_digit_ntile */
+                        int nlo, clo, nhi, chi;
+                        qk_digit_ntile<HEADS>(4 * j, 0, nlo, clo);
+                        qk_digit_ntile<HEADS>(4 * j, 2, nhi, chi);
                         const int lo = si[nlo][2 * half] + 256 * si[nlo][2 * half + 1];
-                        const int hi = D4 ? si[nhi][2 * half] + 256 * si[nhi][2 * half + 1] : si[nhi][2 * half + (j & 1)];
+                        const int hi = q_digits<HEADS>::DIGITS == 4 ? si[nhi][2 * half] + 256 * si[nhi][2 * half + 1]
+                                                                     : si[nhi][2 * half + (chi & 1)];
                         const float x = fmaf(static_cast<float>(hi), 65536.f, static_cast<float>(lo));
                         if constexpr (F32_SCALES) {
                             sv[half][j] = fmaf(sc, fmaf(x, qinv[j], -(zm * qsum[j][grp])), sv[half][j]);
