@@ -1313,6 +1313,24 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int r = p.group_ratio;
+    /* q's raw values (this lane's elements of its heads' rows), loaded
+       first (v21, session 30): they arrive while the page table is walked
+       (two dependent round trips) instead of one round trip after the first
+       copies are issued. Same registers and spills at every instantiation
+       (ptxas); the BF16 baseline (this kernel over whole contexts) -1 to -10%
+       at batch 1-32 on the H200, the oscar step within its spread. */
+    u16 qraw[NH][KS][2][2];
+#pragma unroll
+    for (int nh = 0; nh < NH; nh++) {
+        const int h = nh * 8 + g, qh = kvh * r + min(h, r - 1);
+        const u16 *qrow = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + qh * p.q_head_stride;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) qraw[nh][ks][half][e] = qrow[16 * ks + 2 * c + 8 * half + e];
+    }
     const int *indptr = reinterpret_cast<const int *>(p.win_indptr);
     const int *indices = reinterpret_cast<const int *>(p.win_indices);
     const int ps = p.win_page_size;
@@ -1372,7 +1390,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
 
     /* page ids of the first STAGES + 1 tiles (all loads in flight at once),
        then the first STAGES tiles' copies, one commit group per tile (empty
-       past the warp's last tile), all before q is loaded */
+       past the warp's last tile), all before q is converted */
     int next_page, next_off;
     {
         int pg[STAGES], po[STAGES];
@@ -1394,19 +1412,8 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
     {
         /* v10: every load of q issued before the first use (one q_scaled per
            element loaded and converted pair by pair: 16-32 dependent round
-           trips, 5-9 us of every window CTA on the H200 by a per-CTA trace) */
-        u16 qraw[NH][KS][2][2];
-#pragma unroll
-        for (int nh = 0; nh < NH; nh++) {
-            const int h = nh * 8 + g, qh = kvh * r + min(h, r - 1);
-            const u16 *qrow = reinterpret_cast<const u16 *>(p.q) + b * p.q_batch_stride + qh * p.q_head_stride;
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-                for (int half = 0; half < 2; half++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) qraw[nh][ks][half][e] = qrow[16 * ks + 2 * c + 8 * half + e];
-        }
+           trips, 5-9 us of every window CTA on the H200 by a per-CTA trace);
+           v21: at the kernel's start (above) */
         const float qscale = q_scale(p);
         auto qv = [&](u16 x) { return q_value(p, x, qscale); };
 #pragma unroll
