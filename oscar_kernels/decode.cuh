@@ -1317,8 +1317,9 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
        first (v21, session 30): they arrive while the page table is walked
        (two dependent round trips) instead of one round trip after the first
        copies are issued. Same registers and spills at every instantiation
-       (ptxas); the BF16 baseline (this kernel over whole contexts) -1 to -10%
-       at batch 1-32 on the H200, the oscar step within its spread. */
+       (ptxas). H200, graph replay: the BF16 baseline (this kernel over whole
+       contexts) 1 x 8K -8 to -10%, 1 x 32K -4%, within 1% elsewhere; the
+       oscar step within its spread at every bench shape. */
     u16 qraw[NH][KS][2][2];
 #pragma unroll
     for (int nh = 0; nh < NH; nh++) {
