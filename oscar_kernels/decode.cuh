@@ -53,6 +53,9 @@
    quarter fewer QK IMMA; the codes of quarters 2-3 shifted down so q' keeps
    20-22 bits): ratio 8 -2 to -5%, ratio 16 -8 to -10% on the H200; the
    4-head kernels unchanged.
+   v21 (session 30): the window kernel loads q before it walks its page
+   table (the BF16 baseline 1 x 8K -8 to -10% on the H200; the step within
+   its spread).
    v11: prep's q loads all in flight (raw values first, one scale; v10's
    change there had not taken effect: SASS), and the per-head merge loads its
    first split partials with the weights' round trip instead of three round
