@@ -220,6 +220,8 @@ typedef struct oscar_allocator {
        cache_dir            $OSCAR_CACHE_DIR, $XDG_CACHE_HOME/oscar/<version>, ~/.cache/oscar/<version>
        cache_mode           OSCAR_JIT_CACHE_DEFAULT (env OSCAR_JIT_DISABLE=1 forces CACHED_ONLY)
        tune_table_path      $OSCAR_TUNE_TABLE, then <cache dir>/tune_table.txt (see AUTOTUNER)
+       trace_records        0: no kernel trace; N > 0: trace builds of every kernel and a
+                            device buffer of N records (see "Kernel trace" below)
    Strings are copied; nothing is borrowed past oscar_setup. */
 typedef struct oscar_desc {
     uint32_t _start_canary;
@@ -233,6 +235,7 @@ typedef struct oscar_desc {
     const char *tune_table_path;
     oscar_logger logger;
     oscar_allocator allocator;
+    int32_t trace_records;
     uint32_t _end_canary;
 } oscar_desc;
 
@@ -290,6 +293,61 @@ OSCAR_API oscar_status oscar_query_jit_stats(const oscar_ctx *ctx, oscar_jit_sta
 /* Copies up to cap records; *out_count is the number available. */
 OSCAR_API oscar_status oscar_query_jit_kernels(const oscar_ctx *ctx, oscar_jit_kernel_info *out, int32_t cap,
                                                int32_t *out_count);
+
+/* ------------------------------------------------------------------------ */
+/* Kernel trace: per-CTA timestamps, for benchmarking (off by default)       */
+/* With desc.trace_records = N > 0 (at most OSCAR_TRACE_MAX_RECORDS) every
+   kernel the context compiles is a trace build (-DOSCAR_TRACE=1, its own JIT
+   cache entries: the kernels of a context without a trace carry none of
+   it), and the context owns a device buffer of N records. Thread 0 of each
+   CTA appends one record at each of its kernel's marks, with the device's
+   %globaltimer (ns); the same plans, launches and results as without the
+   trace (a record costs a global atomic and two stores per CTA and mark).
+   Records past N are counted and dropped. Decode kernels mark:
+       ENTRY     first instruction
+       WAITED    prep: the previous grid done (griddepcontrol.wait);
+                 INT2: q' from prep visible; merge: every split of its
+                 groups signalled (merge_head: its first group's)
+       LOOP_END  INT2 / window: warp 0 left its token loop
+       DONE      partial state written and signalled (INT2, window), output
+                 written (prep, merge)
+   quantize: ENTRY, WAITED (R and the threshold table staged in shared
+   memory), DONE (thread 0's warp stored its last codes). */
+#define OSCAR_TRACE_MAX_RECORDS (1 << 24)
+typedef enum oscar_trace_kernel {
+    OSCAR_TRACE_DECODE_PREP = 1,
+    OSCAR_TRACE_DECODE_INT2 = 2,
+    OSCAR_TRACE_DECODE_WINDOW = 3,
+    OSCAR_TRACE_DECODE_MERGE = 4,
+    OSCAR_TRACE_DECODE_MERGE_HEAD = 5,
+    OSCAR_TRACE_QUANTIZE = 6,
+    OSCAR__TRACE_KERNEL_COUNT
+} oscar_trace_kernel;
+typedef enum oscar_trace_mark {
+    OSCAR_TRACE_ENTRY = 0,
+    OSCAR_TRACE_WAITED = 1,
+    OSCAR_TRACE_LOOP_END = 2,
+    OSCAR_TRACE_DONE = 3,
+    OSCAR__TRACE_MARK_COUNT
+} oscar_trace_mark;
+/* One mark of one CTA, as the device wrote it (16 bytes). */
+typedef struct oscar_trace_record {
+    uint64_t time_ns; /* %globaltimer */
+    uint32_t cta;     /* blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) */
+    uint16_t sm;      /* %smid */
+    uint8_t kernel;   /* oscar_trace_kernel */
+    uint8_t mark;     /* oscar_trace_mark */
+} oscar_trace_record;
+/* Empties the buffer, in stream order (a cuMemsetD8Async of its count). */
+OSCAR_API oscar_status oscar_trace_reset(oscar_ctx *ctx, oscar_stream stream);
+/* Copies up to cap records, in the order the marks were made; *out_count is
+   the number of marks made since the last reset (more than were kept when it
+   exceeds desc.trace_records). Synchronous: call it once the traced work has
+   finished (e.g. after cuStreamSynchronize). */
+OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out, int32_t cap, int32_t *out_count);
+/* "decode_int2", "entry", ...; "?" for a value outside the enums. */
+OSCAR_API const char *oscar_trace_kernel_name(int32_t kernel);
+OSCAR_API const char *oscar_trace_mark_name(int32_t mark);
 
 /* Every kernel instantiation the dispatcher can produce, as (program, name
    expression) pairs; index runs over [0, oscar_jit_instantiation_count()). */
@@ -698,6 +756,7 @@ OSCAR_API oscar_status oscar_merge_states(oscar_ctx *ctx, const oscar_merge_desc
 /* >>tune: tunable families, tuning tables, the plans' lookups, tuning runs */
 #include "tune/oscar_tune.h"
 /* >>validation and dispatch, one file per operation */
+#include "src/oscar_trace.h"
 #include "src/oscar_setup.h"
 #include "src/oscar_pool.h"
 #include "src/oscar_dequant.h"

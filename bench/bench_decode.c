@@ -17,7 +17,12 @@
      --group N: scale groups of N dims (32, 64, 128 or 256; the head dim
      where that is smaller; default the head dim); writes decode[...]_gN.
      --splits: force the split counts (0: the plan's, from the tuning table or
-     the heuristic), e.g. to try counts the tuner's candidates lack. */
+     the heuristic), e.g. to try counts the tuner's candidates lack.
+     --trace FILE: kernel trace builds (oscar.h, "Kernel trace"); after each
+     shape's timings, one graph replay of the oscar step is traced: a per-
+     kernel, per-mark summary is printed and every CTA's marks appended to
+     FILE (CSV). The timings are then the trace build's, so the report is
+     written as decode_trace[...] instead. */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -88,6 +93,7 @@ int main(int argc, char **argv) {
     char about[2048], gdesc[64];
     shape one;
     int v_absorbed = 0, force_int2 = 0, force_win = 0, force_warps = 0;
+    FILE *trace_csv = NULL;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) shapes = quick, nshapes = 2;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -95,6 +101,15 @@ int main(int argc, char **argv) {
             int2_layout = !strcmp(argv[++i], "nhd") ? OSCAR_KV_LAYOUT_NHD : OSCAR_KV_LAYOUT_HND;
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--v-absorbed")) v_absorbed = 1;
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            trace_csv = fopen(argv[++i], "w");
+            if (!trace_csv) {
+                printf("--trace: cannot write %s\n", argv[i]);
+                return 2;
+            }
+            fprintf(trace_csv, "shape,kernel,mark,cta,sm,us\n");
+            desc.trace_records = 1 << 20;
+        }
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
             if (sscanf(argv[++i], "%d:%d", &force_int2, &force_win) != 2) {
                 printf("--splits wants INT2:WINDOW split counts (0 = the plan's), got %s\n", argv[i]);
@@ -137,7 +152,7 @@ int main(int argc, char **argv) {
     }
     { /* decode[_v_absorbed][_q<heads>][_g<group>].md / .json: the defaults keep the name */
         char name[64];
-        snprintf(name, sizeof name, "%s", v_absorbed ? "decode_v_absorbed" : "decode");
+        snprintf(name, sizeof name, "%s%s", v_absorbed ? "decode_v_absorbed" : "decode", trace_csv ? "_trace" : "");
         if (q_heads != 32) snprintf(name + strlen(name), sizeof name - strlen(name), "_q%d", q_heads);
         if (group) snprintf(name + strlen(name), sizeof name - strlen(name), "_g%d", group);
         bu_report_open(&rep, name, argc, argv, out_dir);
@@ -320,6 +335,12 @@ int main(int argc, char **argv) {
                  us / floor_us, bf16_us, bf16_us / us, g_us, g_spread, g_floor_us, g_bf16_us, g_bf16_us / g_us,
                  plan.int2_splits, plan.window_splits, plan.int2_warps);
         bu_report_row(&rep, md, js);
+        if (trace_csv) {
+            char label[64];
+            snprintf(label, sizeof label, "%dx%lld D%d %d+%d", S->B, (long long)S->ctx, D, plan.int2_splits,
+                     plan.window_splits);
+            bu_trace_graph(ctx, run_decode, &a, label, trace_csv);
+        }
         for (k = 0; k < nsets; k++)
             cudaFree(sets[k].kc), cudaFree(sets[k].vc), cudaFree(sets[k].ks), cudaFree(sets[k].vs), cudaFree(sets[k].wk),
                 cudaFree(sets[k].wv), cudaFree(sets[k].q);
@@ -328,6 +349,7 @@ int main(int argc, char **argv) {
         cudaFree(d_ip), cudaFree(d_idx), cudaFree(d_last), cudaFree(d_wip), cudaFree(d_widx), cudaFree(d_wlast);
     }
     bu_report_close(&rep);
+    if (trace_csv) fclose(trace_csv);
     {
         oscar_jit_stats s;
         oscar_query_jit_stats(ctx, &s);

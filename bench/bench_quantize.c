@@ -13,7 +13,11 @@
                        cost on the same rows as the unrotated one -- a bound, since
                        the bench's rows keep their outlier channels
      Rows 6 and 7 quantize source rows rotated on the host (the rows an engine
-     with V absorbed hands over; row 0's values without its MMA). */
+     with V absorbed hands over; row 0's values without its MMA).
+       --trace FILE    kernel trace builds (oscar.h, "Kernel trace"): one graph
+                       replay of each demotion case (prepared rotations) is
+                       traced, summarised and written to FILE (CSV); the report
+                       is then quantize_trace.md / .json (the trace build's times) */
 #define OSCAR_IMPLEMENTATION
 #include "oscar.h"
 #include "bench_util.h"
@@ -168,6 +172,7 @@ int main(int argc, char **argv) {
     char md[1024], js[1024];
     int i, prefill_only = 0, tiles = 1, warmup = 3, reps = 20;
     const char *only = NULL;
+    FILE *trace_csv = NULL;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -177,12 +182,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            trace_csv = fopen(argv[++i], "w");
+            if (!trace_csv) {
+                printf("--trace: cannot write %s\n", argv[i]);
+                return 2;
+            }
+            fprintf(trace_csv, "case,kernel,mark,cta,sm,us\n");
+            desc.trace_records = 1 << 20;
+        }
     }
     if (oscar_setup(&desc, &ctx) != OSCAR_OK) {
         printf("bench_quantize needs a CUDA GPU: %s\n", oscar_last_error(NULL));
         return 0;
     }
-    bu_report_open(&rep, "quantize", argc, argv, out_dir);
+    bu_report_open(&rep, trace_csv ? "quantize_trace" : "quantize", argc, argv, out_dir);
     bu_report_begin(&rep, bu_copy_bandwidth_tbps(0),
                     "| case | shape | time (us, median) | spread (us) | bytes moved | TB/s | of copy BW |",
                     "Bytes moved = bf16 K and V read once + codes, scales and slot ids written/read once "
@@ -399,6 +413,11 @@ int main(int argc, char **argv) {
                 d.k_rotation_prepared = kprep;
                 p_us = bu_time_us(q_fn, &a, 5, 100, &p_spread);
                 p_g_us = bu_time_graph_us(q_fn, &a, 1, 5, 100, NULL);
+                if (trace_csv) {
+                    char label[64];
+                    snprintf(label, sizeof label, "demotion %d req prepared", requests[ri]);
+                    bu_trace_graph(ctx, q_fn, &a, label, trace_csv);
+                }
                 d.k_rotation_prepared = NULL;
                 p_tbps = bytes / (p_us * 1e-6) / 1e12;
                 printf("demotion %3d requests, prepared rotations: %7.2f us (spread %.2f), graph replay %7.2f us (%.2f beyond "
@@ -427,6 +446,7 @@ int main(int argc, char **argv) {
         cudaFree(src_k), cudaFree(src_v), cudaFree(rk), cudaFree(rk_img), cudaFree(codes), cudaFree(scales);
     }
     bu_report_close(&rep);
+    if (trace_csv) fclose(trace_csv);
     {
         oscar_jit_stats s;
         oscar_query_jit_stats(ctx, &s);

@@ -114,6 +114,60 @@ static inline double bu_time_graph_us(bu_fn fn, void *arg, int variants, int war
     return med;
 }
 
+/* The kernel trace of one CUDA-graph replay of fn(arg, 0) (a context set up
+   with desc.trace_records > 0; oscar.h, "Kernel trace"): the step is
+   captured, replayed twice untraced-for (warm), then once between a trace
+   reset and a read. Prints, per kernel and mark, the CTAs that made it and
+   the min / median / max time in us from the replay's first mark; appends
+   every record to csv (label, kernel, mark, cta, sm, us) when csv is set. */
+static inline void bu_trace_graph(oscar_ctx *ctx, bu_fn fn, void *arg, const char *label, FILE *csv) {
+    enum { CAP = 1 << 20 };
+    oscar_trace_record *rec = (oscar_trace_record *)malloc(sizeof(oscar_trace_record) * CAP);
+    double *t = (double *)malloc(sizeof(double) * CAP);
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    uint64_t t0 = UINT64_MAX;
+    int32_t count = 0, n, i, k, m;
+    BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bu_stream = s;
+    BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    fn(arg, 0);
+    BU_CUDA(cudaStreamEndCapture(s, &g));
+    BU_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    BU_CUDA(cudaGraphLaunch(ge, s));
+    BU_CUDA(cudaGraphLaunch(ge, s));
+    BU_OK(ctx, oscar_trace_reset(ctx, s));
+    BU_CUDA(cudaGraphLaunch(ge, s));
+    BU_CUDA(cudaStreamSynchronize(s));
+    BU_OK(ctx, oscar_trace_read(ctx, rec, CAP, &count));
+    n = count < CAP ? count : CAP;
+    if (count > CAP) printf("trace %s: %d marks, the first %d kept\n", label, count, CAP);
+    for (i = 0; i < n; i++)
+        if (rec[i].time_ns < t0) t0 = rec[i].time_ns;
+    printf("trace %s (one graph replay; us from its first mark; CTAs: min / median / max)\n", label);
+    for (k = 1; k < OSCAR__TRACE_KERNEL_COUNT; k++)
+        for (m = 0; m < OSCAR__TRACE_MARK_COUNT; m++) {
+            int c = 0;
+            for (i = 0; i < n; i++)
+                if (rec[i].kernel == k && rec[i].mark == m) t[c++] = (double)(rec[i].time_ns - t0) * 1e-3;
+            if (!c) continue;
+            qsort(t, (size_t)c, sizeof(double), bu_cmp_double);
+            printf("  %-18s %-9s %6d  %8.2f %8.2f %8.2f\n", oscar_trace_kernel_name(k), oscar_trace_mark_name(m), c, t[0],
+                   t[c / 2], t[c - 1]);
+        }
+    if (csv)
+        for (i = 0; i < n; i++)
+            fprintf(csv, "%s,%s,%s,%u,%u,%.3f\n", label, oscar_trace_kernel_name(rec[i].kernel),
+                    oscar_trace_mark_name(rec[i].mark), rec[i].cta, (unsigned)rec[i].sm,
+                    (double)(rec[i].time_ns - t0) * 1e-3);
+    bu_stream = 0;
+    BU_CUDA(cudaGraphExecDestroy(ge));
+    BU_CUDA(cudaGraphDestroy(g));
+    BU_CUDA(cudaStreamDestroy(s));
+    free(rec), free(t);
+}
+
 /* Device copy bandwidth in TB/s counting bytes read plus bytes written, from
    a device-to-device copy of `bytes` (default 1 GiB), median of 20. */
 typedef struct bu_copy_arg {

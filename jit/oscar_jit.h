@@ -79,6 +79,7 @@ OSCAR__PRIVATE oscar_status oscar__load_cuda(oscar_ctx *ctx) {
     OSCAR__SYM(cu, cuModuleLoadData, "cuModuleLoadData", 1);
     OSCAR__SYM(cu, cuModuleUnload, "cuModuleUnload", 1);
     OSCAR__SYM(cu, cuModuleGetFunction, "cuModuleGetFunction", 1);
+    OSCAR__SYM(cu, cuModuleGetGlobal, "cuModuleGetGlobal_v2", 1);
     OSCAR__SYM(cu, cuFuncSetAttribute, "cuFuncSetAttribute", 1);
     OSCAR__SYM(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 0);
     OSCAR__SYM(cu, cuLaunchKernel, "cuLaunchKernel", 1);
@@ -221,6 +222,7 @@ OSCAR__PRIVATE int oscar__nvrtc_options(const oscar_ctx *ctx, const char *progra
     opts[n++] = "-std=c++17";
     opts[n++] = "-DOSCAR_NVRTC=1";
     opts[n++] = "--fmad=true";
+    if (ctx->trace_records > 0) opts[n++] = "-DOSCAR_TRACE=1"; /* see src/oscar_trace.h */
     if (oscar__nvrtc_extra_option) opts[n++] = oscar__nvrtc_extra_option;
     return n;
 }
@@ -501,8 +503,17 @@ OSCAR__PRIVATE oscar_status oscar__load_module(oscar_ctx *ctx, oscar__kernel *k,
     r = ctx->cu.cuModuleLoadData(&k->module, cubin);
     if (r == 0) r = ctx->cu.cuModuleGetFunction(&k->function, k->module, k->lowered_name);
     k->info.module_load_ms = oscar__now_ms() - t0;
+    if (r == 0 && ctx->trace_buffer) { /* a trace build: point its buffer at the context's */
+        oscar__CUdeviceptr var = 0;
+        size_t bytes = 0;
+        r = ctx->cu.cuModuleGetGlobal(&var, &bytes, k->module, "oscar_trace_buffer");
+        if (r == 0 && bytes == sizeof ctx->trace_buffer)
+            r = ctx->cu.cuMemcpyHtoD(var, &ctx->trace_buffer, sizeof ctx->trace_buffer);
+        else if (r == OSCAR__CUDA_ERROR_NOT_FOUND)
+            r = 0; /* a kernel without marks (ptxas kept no unused global) */
+    }
     oscar__pop(ctx);
-    if (r != 0) return oscar__cu_fail(ctx, r, "cuModuleLoadData/cuModuleGetFunction");
+    if (r != 0) return oscar__cu_fail(ctx, r, "cuModuleLoadData/cuModuleGetFunction (or the trace buffer's address)");
     return OSCAR_OK;
 }
 

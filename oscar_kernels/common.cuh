@@ -198,4 +198,44 @@ __device__ __forceinline__ float quad_min(float v) {
 }  // namespace detail
 }  // namespace oscar
 
+
+/* ---- kernel trace (oscar_desc.trace_records > 0) ---------------------------
+   Compiled only into trace builds (-DOSCAR_TRACE=1: their own JIT cache
+   entries), so the kernels an engine runs carry none of it. The host points
+   oscar_trace_buffer at the context's buffer when it loads a module. Thread 0
+   of a CTA appends (time, cta, sm, kernel, mark) at each mark of its kernel;
+   marks past the capacity are counted and dropped. The marks (oscar.h,
+   KERNEL TRACE): ENTRY, WAITED (the kernel's inputs from an earlier grid are
+   visible), LOOP_END (thread 0's warp left its main loop), DONE (results
+   written and published). */
+#if defined(OSCAR_TRACE) && OSCAR_TRACE
+extern "C" {
+__device__ unsigned long long *oscar_trace_buffer;
+}
+namespace oscar {
+namespace detail {
+__device__ __forceinline__ void trace_mark(u32 kernel, u32 mark) {
+    if (threadIdx.x != 0) return;
+    u64 *buf = reinterpret_cast<u64 *>(oscar_trace_buffer);
+    if (!buf) return;
+    u64 t;
+    u32 sm;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const u32 cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const u32 cap = reinterpret_cast<const volatile u32 *>(buf)[1];
+    const u32 i = atomicAdd(reinterpret_cast<u32 *>(buf), 1u);
+    if (i < cap) {
+        u64 *r = buf + 2 + 2 * static_cast<u64>(i);
+        r[0] = t;
+        r[1] = cta | (static_cast<u64>(sm & 0xffffu) << 32) | (static_cast<u64>(kernel) << 48) | (static_cast<u64>(mark) << 56);
+    }
+}
+}  // namespace detail
+}  // namespace oscar
+#define OSCAR_TRACE_MARK(kernel, mark) ::oscar::detail::trace_mark(OSCAR_K_TRACE_##kernel, OSCAR_K_TRACE_##mark)
+#else
+#define OSCAR_TRACE_MARK(kernel, mark) ((void)0)
+#endif
+
 #endif  // OSCAR_K_COMMON_CUH

@@ -606,6 +606,7 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
     __shared__ __align__(16) float qt[D][QR];              /* q rows, transposed */
     __shared__ float qs[QR][D];                            /* q', then Q */
     __shared__ float part_sum[PARTS > 1 ? PARTS - 1 : 1][PARTS > 1 ? QR : 1][D];
+    OSCAR_TRACE_MARK(DECODE_PREP, ENTRY);
     pdl_launch_next();
     const int r = p.group_ratio, nb = p.prep_requests, kvh = blockIdx.y, t = threadIdx.x;
     const int b0 = blockIdx.x * nb, rows = min(nb, p.batch_size - b0) * r, nreq = rows / r;
@@ -618,6 +619,7 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
 #pragma unroll
     for (int u = 0; u < F4; u++) v[u] = R ? reinterpret_cast<const float4 *>(R)[t + u * THREADS] : make_float4(0.f, 0.f, 0.f, 0.f);
     pdl_wait(); /* the previous step's merge may still read this workspace */
+    OSCAR_TRACE_MARK(DECODE_PREP, WAITED);
     /* v10: this step's split counters of these groups start at zero */
     if (t < nreq) split_counters(p)[static_cast<i64>(b0 + t) * p.pool.num_kv_heads + kvh] = 0u;
     /* row j = request b0 + j / r, head j % r of the group; rows up to 4 nj are
@@ -780,6 +782,7 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
             fr[(nt * KSI + ks) * 32 + 4 * g + c] = make_uint2(w[k][0], w[k][1]);
         }
     }
+    OSCAR_TRACE_MARK(DECODE_PREP, DONE);
 }
 
 /* ======================================================================== */
@@ -856,6 +859,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 
     /* v10: the next launch is triggered after the wait for prep (see
        split_counters), not here */
+    OSCAR_TRACE_MARK(DECODE_INT2, ENTRY);
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int *indptr = reinterpret_cast<const int *>(p.int2_indptr);
@@ -868,6 +872,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
         write_empty_split(p, b, kvh, split, true);
         pdl_launch_next();
         signal_split_done(p, b, kvh);
+        OSCAR_TRACE_MARK(DECODE_INT2, DONE);
         return;
     }
     const int *pages = indices + indptr[b];
@@ -989,6 +994,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
        first tiles' page ids and copies (inputs only) are already in flight:
        they overlap the prep kernel's tail. */
     pdl_wait();
+    OSCAR_TRACE_MARK(DECODE_INT2, WAITED);
     pdl_launch_next();
     u32 qf[KSI][NT][2];
     float qsum[HS][G], qinv[HS];
@@ -1220,6 +1226,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
         __syncwarp(); /* this stage may be refilled */
     }
     cp_async_wait<0>();
+    OSCAR_TRACE_MARK(DECODE_INT2, LOOP_END);
 
     /* ---- reduce the per-lane sums over the 8 row lanes and hand the warp's
        state to the CTA combine */
@@ -1257,6 +1264,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
     __syncthreads();
     COMB::finish(smem, p, b, kvh, split);
     signal_split_done(p, b, kvh);
+    OSCAR_TRACE_MARK(DECODE_INT2, DONE);
 }
 
 /* ======================================================================== */
@@ -1312,6 +1320,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
     using COMB = cta_combine<D, NH, WARPS>;
     extern __shared__ __align__(16) u8 smem[];
 
+    OSCAR_TRACE_MARK(DECODE_WINDOW, ENTRY);
     pdl_launch_next();
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -1346,6 +1355,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
     if (start >= end) {
         write_empty_split(p, b, kvh, slot, !counted);
         if (counted) signal_split_done(p, b, kvh);
+        OSCAR_TRACE_MARK(DECODE_WINDOW, DONE);
         return;
     }
     const int page0 = indptr[b];
@@ -1517,6 +1527,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
         fetch(next_page, next_off);
     }
     cp_async_wait<0>();
+    OSCAR_TRACE_MARK(DECODE_WINDOW, LOOP_END);
     __syncthreads(); /* every warp is done with its pipeline smem */
     COMB::store_state(smem, warp, g, c, sm);
 #pragma unroll
@@ -1532,6 +1543,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::window_min_ctas<HEAD_DIM, 
     if (!counted) pdl_wait();
     COMB::finish(smem, p, b, kvh, slot);
     if (counted) signal_split_done(p, b, kvh);
+    OSCAR_TRACE_MARK(DECODE_WINDOW, DONE);
 }
 
 /* ======================================================================== */
@@ -1707,6 +1719,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
        half of the kernel's 16.2M warp instructions (ncu, session 13). */
     __shared__ i64 row_ws[ROWS], row_out[ROWS];
     __shared__ float row_w[ROWS][2];
+    OSCAR_TRACE_MARK(DECODE_MERGE, ENTRY);
     pdl_launch_next();
     const int r = p.group_ratio, nb = p.merge_requests, kvh = blockIdx.y, b0 = blockIdx.x * nb;
     const int rows = min(nb, p.batch_size - b0) * r;
@@ -1741,6 +1754,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         pdl_wait();
     }
     __syncthreads();
+    OSCAR_TRACE_MARK(DECODE_MERGE, WAITED);
     /* weights: warp per (row, part) */
     for (int job = warp; job < 2 * rows; job += WARPS) {
         const int j = job >> 1, part = job & 1;
@@ -1858,6 +1872,7 @@ __global__ void __launch_bounds__(512, 2) decode_merge_kernel(const __grid_const
         const int j = own_j[k];
         if (own_ok && j < rows) o[row_out[j] + own_n[k]] = from_f32(fmaf(row_w[j][0], own_x[k], row_w[j][1] * win[k]), p.o_dtype);
     }
+    OSCAR_TRACE_MARK(DECODE_MERGE, DONE);
     pdl_wait(); /* this grid's completion implies the window grid's */
 }
 
@@ -1879,6 +1894,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
     __shared__ float lse_part[2];
     __shared__ float wgt[2][MAX_SPLITS]; /* normalised weight of each split */
     static_assert(THREADS <= 512, "merge tiling");
+    OSCAR_TRACE_MARK(DECODE_MERGE_HEAD, ENTRY);
     pdl_launch_next();
     const int b = blockIdx.x, hpc = p.num_q_heads / static_cast<int>(gridDim.y), t = threadIdx.x;
     const int splits = p.int2_splits + p.win_splits;
@@ -1897,6 +1913,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
             if (t == 0) wait_splits_done(p, b, h / p.group_ratio);
             __syncthreads();
         }
+        if (hh == 0) OSCAR_TRACE_MARK(DECODE_MERGE_HEAD, WAITED);
         /* v11: the first PRE INT2 partials of dim t (threads t < D) and the
            first PRE_W window partials of dim n (lanes q = 0) are loaded before
            the weights, so they share the weights' round trip (the sums were
@@ -1948,6 +1965,7 @@ __global__ void __launch_bounds__(2 * D) decode_merge_head_kernel(const __grid_c
         }
         __syncthreads(); /* o_int2, wgt and lse_part are the next head's */
     }
+    OSCAR_TRACE_MARK(DECODE_MERGE_HEAD, DONE);
     pdl_wait(); /* this grid's completion implies the window grid's */
 }
 

@@ -43,6 +43,23 @@ typedef uint8_t oscar_u8;
 #define OSCAR_K_DTYPE_I32 4
 #define OSCAR_K_DTYPE_I64 5
 
+/* Kernel trace (oscar_desc.trace_records; the values of oscar_trace_kernel and
+   oscar_trace_mark in oscar.h). The buffer: a 16-byte header (u32 marks made
+   since the last reset, u32 capacity in records, 8 bytes unused), then
+   16-byte records {u64 %globaltimer ns; u32 cta; u16 sm; u8 kernel; u8 mark}. */
+#define OSCAR_K_TRACE_DECODE_PREP 1
+#define OSCAR_K_TRACE_DECODE_INT2 2
+#define OSCAR_K_TRACE_DECODE_WINDOW 3
+#define OSCAR_K_TRACE_DECODE_MERGE 4
+#define OSCAR_K_TRACE_DECODE_MERGE_HEAD 5
+#define OSCAR_K_TRACE_QUANTIZE 6
+#define OSCAR_K_TRACE_ENTRY 0
+#define OSCAR_K_TRACE_WAITED 1
+#define OSCAR_K_TRACE_LOOP_END 2
+#define OSCAR_K_TRACE_DONE 3
+#define OSCAR_K_TRACE_HEADER_BYTES 16
+#define OSCAR_K_TRACE_RECORD_BYTES 16
+
 /* Geometry of one layer's INT2 pool, in bytes. Row = one (slot, kv head). */
 typedef struct oscar_pool_params {
     oscar_u64 k_codes, v_codes;   /* device addresses */

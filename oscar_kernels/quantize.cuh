@@ -700,6 +700,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
        in a kernel at its 128-register cap (s21: SASS against 8b8d120's) */
     const int side_ctas = (p.side_ctas[0] & (side - 1)) | (p.side_ctas[1] & -side);
     if (cta >= side_ctas) return;
+    OSCAR_TRACE_MARK(QUANTIZE, ENTRY);
     const oscar_quantize_layer &L = p.layers[layer];
     const u64 rot = side ? L.rot_v : L.rot_k;
     const u16 *src = reinterpret_cast<const u16 *>(side ? L.src_v : L.src_k);
@@ -914,6 +915,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         }
     }
     __syncthreads(); /* R and the threshold table are in shared memory */
+    OSCAR_TRACE_MARK(QUANTIZE, WAITED);
 
     /* WG: the 4 warps of a group take steps 4s..4s+3 and loop together (the
        group's barriers), a warp past the end with empty rows */
@@ -1306,6 +1308,7 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             }
         }
     }
+    OSCAR_TRACE_MARK(QUANTIZE, DONE);
     cp_async_wait<0>();
 }
 

@@ -78,7 +78,8 @@ enum {
     OSCAR__CU_FUNC_ATTR_MAX_DYNAMIC_SMEM = 8,
     OSCAR__CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
     OSCAR__CUDA_ERROR_NO_DEVICE = 100,
-    OSCAR__CUDA_ERROR_STUB_LIBRARY = 34
+    OSCAR__CUDA_ERROR_STUB_LIBRARY = 34,
+    OSCAR__CUDA_ERROR_NOT_FOUND = 500
 };
 
 /* Layouts of CUlaunchAttribute / CUlaunchConfig (cuda.h, CUDA 12+). */
@@ -114,6 +115,7 @@ typedef struct oscar__cuda_api {
     oscar__CUresult (*cuModuleLoadData)(oscar__CUmodule *, const void *);
     oscar__CUresult (*cuModuleUnload)(oscar__CUmodule);
     oscar__CUresult (*cuModuleGetFunction)(oscar__CUfunction *, oscar__CUmodule, const char *);
+    oscar__CUresult (*cuModuleGetGlobal)(oscar__CUdeviceptr *, size_t *, oscar__CUmodule, const char *);
     oscar__CUresult (*cuFuncSetAttribute)(oscar__CUfunction, int, int);
     oscar__CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, oscar__CUfunction, int, size_t);
     oscar__CUresult (*cuLaunchKernel)(oscar__CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -195,6 +197,11 @@ struct oscar_ctx {
     oscar_jit_stats stats;
     char *jit_log;
     struct oscar__tune_state *tune; /* tuning tables (tune/oscar_tune.h); NULL for the CPU backend */
+    /* kernel trace (desc.trace_records > 0): every compile adds -DOSCAR_TRACE=1;
+       on a device, a buffer of OSCAR_K_TRACE_HEADER_BYTES + records that each
+       loaded module's oscar_trace_buffer points at (src/oscar_trace.h) */
+    int32_t trace_records;
+    oscar__CUdeviceptr trace_buffer;
 };
 
 /* ---- allocation ---------------------------------------------------------- */

@@ -32,6 +32,7 @@ OSCAR__PRIVATE void oscar__destroy(oscar_ctx *ctx) {
     if (!ctx) return;
     if (ctx->cuctx && ctx->cu.cuCtxPushCurrent) {
         if (ctx->cu.cuCtxPushCurrent(ctx->cuctx) == 0) {
+            oscar__trace_destroy(ctx);
             for (i = 0; i < ctx->num_kernels; i++)
                 if (ctx->kernels[i]->module) ctx->cu.cuModuleUnload(ctx->kernels[i]->module);
             oscar__pop(ctx);
@@ -131,6 +132,13 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
                     "desc.cache_mode = %d; expected an oscar_jit_cache_mode", OSCAR__CAST(int, desc->cache_mode));
     OSCAR__VALIDATE(&v, (desc->allocator.alloc_fn == NULL) == (desc->allocator.free_fn == NULL),
                     "desc.allocator: alloc_fn and free_fn must be set together");
+    OSCAR__VALIDATE(&v, desc->trace_records >= 0 && desc->trace_records <= OSCAR_TRACE_MAX_RECORDS,
+                    "desc.trace_records = %d; expected 0 (no kernel trace) to %d", desc->trace_records,
+                    OSCAR_TRACE_MAX_RECORDS);
+    OSCAR__VALIDATE(&v, desc->trace_records == 0 || desc->backend != OSCAR_BACKEND_CPU,
+                    "desc.trace_records = %d with the CPU backend; the kernel trace needs OSCAR_BACKEND_CUDA (the CPU "
+                    "backend runs no kernels)",
+                    desc->trace_records);
     st = oscar__validate_end(&v);
     if (st != OSCAR_OK) return st;
 
@@ -150,6 +158,7 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
     ctx->desc.tune_table_path = NULL; /* read from desc by oscar__tune_setup */
     ctx->backend = ctx->desc.backend;
     ctx->device_ordinal = -1;
+    ctx->trace_records = desc->trace_records;
     pthread_mutex_init(&ctx->lock, NULL);
 
     if (ctx->backend == OSCAR_BACKEND_CPU) {
@@ -169,6 +178,7 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
         st = oscar__setup_device(ctx);
     }
     if (st == OSCAR_OK) st = oscar__load_nvrtc(ctx);
+    if (st == OSCAR_OK) st = oscar__trace_setup(ctx);
     if (st == OSCAR_OK) oscar__resolve_cache_dir(ctx);
     if (st == OSCAR_OK) oscar__tune_setup(ctx, desc->tune_table_path); /* never fails setup */
     ctx->desc.cuda_library_path = NULL;

@@ -927,6 +927,82 @@ Test(decode_gpu, cuda_graph_capture_and_replay, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
+/* One step of P in ctx into P.d_o / P.d_lse (poisoned first); o and lse
+   downloaded into o / lse. */
+static void prob_run_once(oscar_ctx *ctx, dprob *P, uint16_t *o, float *lse) {
+    oscar_int2_pool_desc pool;
+    oscar_window_pool_desc win;
+    oscar_decode_run_desc rd;
+    const size_t n = (size_t)P->c.B * P->c.Hq * P->c.D, nl = (size_t)P->c.B * P->c.Hq;
+    prob_plan(ctx, P);
+    if (P->d_ws) cudaFree(P->d_ws);
+    P->d_ws = tu_dev_alloc(P->plan.workspace_bytes);
+    TU_CUDA(cudaMemset(P->d_o, 0xFF, n * 2));
+    TU_CUDA(cudaMemset(P->d_lse, 0xFF, nl * 4));
+    TU_CUDA(cudaMemset(P->d_ws, 0xFF, P->plan.workspace_bytes));
+    rd = prob_run_desc(P, 1, &pool, &win, P->d_o, P->d_lse, P->d_ws);
+    TU_OK(ctx, oscar_decode_run(ctx, &P->plan, &rd, NULL));
+    TU_CUDA(cudaDeviceSynchronize());
+    tu_dev_download(o, P->d_o, n * 2);
+    tu_dev_download(lse, P->d_lse, nl * 4);
+}
+
+/* The kernel trace (desc.trace_records): a traced context computes the same
+   bits as a plain one, and each kernel of the step leaves every CTA's marks
+   in order -- the INT2 grid's batch x KV heads x splits CTAs (an empty split
+   included), the window grid's, prep's and the merge's; the marks fall
+   inside one step's span. A buffer of 4 records keeps 4 and counts the
+   rest; a context without a trace refuses to read one, naming the field. */
+Test(decode_gpu, kernel_trace_marks_every_cta_in_order, .timeout = 600) {
+    oscar_ctx *plain = tu_gpu_ctx_or_skip(), *traced = tu_gpu_ctx_traced_or_skip(1 << 16);
+    oscar_ctx *tiny = tu_gpu_ctx_traced_or_skip(4);
+    tu_rng r = tu_seed();
+    static const int64_t il[3] = {5000, 123, 0}, wl[3] = {300, 64, 17};
+    enum { N = 3 * 8 * 128, NL = 3 * 8, CAP = 1 << 16 };
+    uint16_t *o0 = tu_xmalloc(N * 2), *o1 = tu_xmalloc(N * 2);
+    float lse0[NL], lse1[NL];
+    oscar_trace_record *rec = tu_xmalloc(sizeof(oscar_trace_record) * CAP);
+    uint64_t t_min = UINT64_MAX, t_max = 0;
+    int32_t count = -1, count_full, i, k;
+    int ctas[OSCAR__TRACE_KERNEL_COUNT] = {0};
+    dcase c = {0};
+    dprob P;
+    c.B = 3, c.Hkv = 2, c.Hq = 8, c.D = 128, c.GS = 128, c.ps = 16, c.wps = 16;
+    c.rot_k = c.rot_v = 1, c.int2_len = il, c.win_len = wl, c.int2_splits = 3, c.window_splits = 2;
+    prob_make(&r, &c, &P);
+    prob_upload(&P);
+    prob_run_once(plain, &P, o0, lse0);
+    TU_OK(traced, oscar_trace_reset(traced, NULL));
+    prob_run_once(traced, &P, o1, lse1);
+    cr_assert(memcmp(o0, o1, N * 2) == 0 && memcmp(lse0, lse1, NL * 4) == 0, "a traced step differs from a plain one");
+    TU_OK(traced, oscar_trace_read(traced, rec, CAP, &count));
+    cr_assert(count > 0 && count < CAP, "%d marks", count);
+    count_full = count;
+    for (k = 1; k < OSCAR__TRACE_KERNEL_COUNT; k++) ctas[k] = tu_trace_ctas(rec, count, k, &t_min, &t_max);
+    cr_assert_eq(ctas[OSCAR_TRACE_DECODE_INT2], c.B * c.Hkv * P.plan.int2_splits, "INT2 CTAs traced");
+    cr_assert_eq(ctas[OSCAR_TRACE_DECODE_WINDOW], c.B * c.Hkv * P.plan.window_splits, "window CTAs traced");
+    cr_assert(ctas[OSCAR_TRACE_DECODE_PREP] > 0, "prep CTAs traced");
+    cr_assert(ctas[OSCAR_TRACE_DECODE_MERGE] + ctas[OSCAR_TRACE_DECODE_MERGE_HEAD] > 0, "merge CTAs traced");
+    cr_assert_eq(ctas[OSCAR_TRACE_QUANTIZE], 0);
+    cr_assert(t_max - t_min < 1000000000ull, "one step's marks span %.3f s", (double)(t_max - t_min) * 1e-9);
+    cr_log_info("kernel trace: %d marks; CTAs prep %d, int2 %d, window %d, merge %d + %d; span %.1f us", count,
+                ctas[1], ctas[2], ctas[3], ctas[4], ctas[5], (double)(t_max - t_min) * 1e-3);
+    /* 4 records: the first 4 marks kept, the rest counted */
+    memset(rec, 0xAB, sizeof(oscar_trace_record) * 8);
+    TU_OK(tiny, oscar_trace_reset(tiny, NULL));
+    prob_run_once(tiny, &P, o1, lse1);
+    cr_assert(memcmp(o0, o1, N * 2) == 0, "a traced step (4 records) differs from a plain one");
+    TU_OK(tiny, oscar_trace_read(tiny, rec, 8, &count));
+    cr_assert_eq(count, count_full, "marks made with 4 records against %d", count_full);
+    for (i = 0; i < 4; i++) cr_assert(rec[i].time_ns != 0xABABABABABABABABull, "record %d kept", i);
+    for (i = 4; i < 8; i++) cr_assert(rec[i].time_ns == 0xABABABABABABABABull, "record %d written past the capacity", i);
+    cr_assert_eq(oscar_trace_read(plain, rec, 8, &count), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(plain), "desc.trace_records = 0") != NULL, "%s", oscar_last_error(plain));
+    free(o0), free(o1), free(rec);
+    prob_free(&P);
+    oscar_shutdown(plain), oscar_shutdown(traced), oscar_shutdown(tiny);
+}
+
 Test(merge_gpu, matches_cpu_and_is_nan_safe, .timeout = 300) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
     tu_rng r = tu_seed();

@@ -251,3 +251,102 @@ Test(jit_cache, compile_error_returns_the_log) {
     cr_assert(strstr(msg, "head dim") != NULL, "log in the sentence: %s", msg);
     oscar_shutdown(ctx);
 }
+
+/* index of an instantiation by its exact name expression */
+static int32_t instantiation_index(const char *name_expr) {
+    int32_t i, n = oscar_jit_instantiation_count();
+    for (i = 0; i < n; i++) {
+        const char *prog = NULL, *name = NULL;
+        oscar_jit_instantiation(i, &prog, &name);
+        if (strcmp(name, name_expr) == 0) return i;
+    }
+    cr_assert_fail("instantiation %s not registered", name_expr);
+    return -1;
+}
+
+/* 1 when the file holds the bytes of s (a symbol name in a cached cubin) */
+static int file_contains(const char *path, const char *s) {
+    FILE *f = fopen(path, "rb");
+    long size;
+    char *buf;
+    int found;
+    cr_assert(f != NULL, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = tu_xmalloc((size_t)size);
+    cr_assert(fread(buf, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    found = memmem(buf, (size_t)size, s, strlen(s)) != NULL;
+    free(buf);
+    return found;
+}
+
+/* The kernel trace (desc.trace_records > 0): its builds are their own cache
+   entries (-DOSCAR_TRACE=1 is in the key), every traced kernel family compiles
+   for sm_90 and sm_80 and its cubin carries the oscar_trace_buffer global the
+   host points at the trace buffer, while a plain build of the same
+   instantiation has none of it; a compile-only context has no buffer to
+   reset or read. */
+Test(jit_cache, trace_builds_are_their_own_entries, .timeout = 600) {
+    static const char *const traced_kernels[] = {
+        "oscar::decode_prep_kernel<128, 128, 4>",    "oscar::decode_int2_kernel<128, 128, 16, 4, 1>",
+        "oscar::decode_window_kernel<128, 1, 1, 4>", "oscar::decode_merge_kernel<128, 4, 1>",
+        "oscar::decode_merge_head_kernel<128>",      "oscar::quantize_kernel<128, 128, 1, 32, 4>"};
+    enum { NK = sizeof traced_kernels / sizeof traced_kernels[0] };
+    static const int sms[2] = {90, 80};
+    char dir_plain[256], entry[1024];
+    uint8_t k_plain[32], k_traced[32];
+    oscar_trace_record rec[1];
+    int32_t count = 0;
+    int a, i;
+    oscar_ctx *plain;
+    tu_tempdir(dir_plain, sizeof dir_plain, "jit-plain");
+    plain = ctx_for(dir_plain, 90, OSCAR_JIT_CACHE_DEFAULT);
+    TU_OK(plain, oscar_jit_prepare(plain, instantiation_index(traced_kernels[1])));
+    cr_assert_eq(count_entries(dir_plain, entry, sizeof entry), 1);
+    cr_assert(!file_contains(entry, "oscar_trace_buffer"), "a plain build carries the trace");
+    for (a = 0; a < 2; a++) {
+        oscar_desc desc = {0};
+        oscar_ctx *traced = NULL;
+        char dir[256];
+        tu_tempdir(dir, sizeof dir, "jit-trace");
+        desc.compile_only_sm = sms[a];
+        desc.cache_dir = dir;
+        desc.trace_records = 1024;
+        TU_OK(NULL, oscar_setup(&desc, &traced));
+        if (sms[a] == 90) {
+            oscar__jit_key(plain, "decode.cuh", traced_kernels[1], k_plain);
+            oscar__jit_key(traced, "decode.cuh", traced_kernels[1], k_traced);
+            cr_assert(memcmp(k_plain, k_traced, 32) != 0, "the trace is in the key");
+        }
+        for (i = 0; i < NK; i++) {
+            int before = count_entries(dir, NULL, 0);
+            TU_OK(traced, oscar_jit_prepare(traced, instantiation_index(traced_kernels[i])));
+            cr_assert_eq(count_entries(dir, NULL, 0), before + 1, "%s: one new entry", traced_kernels[i]);
+        }
+        {
+            DIR *d = opendir(dir);
+            struct dirent *e;
+            int n = 0;
+            cr_assert(d != NULL);
+            while ((e = readdir(d)) != NULL) {
+                size_t len = strlen(e->d_name);
+                if (len > 6 && strcmp(e->d_name + len - 6, ".cubin") == 0) {
+                    snprintf(entry, sizeof entry, "%s/%s", dir, e->d_name);
+                    cr_assert(file_contains(entry, "oscar_trace_buffer"), "sm_%d: %s lacks the trace", sms[a], entry);
+                    n++;
+                }
+            }
+            closedir(d);
+            cr_assert_eq(n, NK);
+        }
+        cr_assert_eq(oscar_trace_reset(traced, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
+        cr_assert_eq(oscar_trace_read(traced, rec, 1, &count), OSCAR_STATUS_INVALID_ARGUMENT);
+        cr_assert(strstr(oscar_last_error(traced), "compile-only") != NULL, "%s", oscar_last_error(traced));
+        oscar_shutdown(traced);
+        tu_rmtree(dir);
+    }
+    oscar_shutdown(plain);
+    tu_rmtree(dir_plain);
+}

@@ -691,6 +691,42 @@ Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
     oscar_shutdown(gpu);
 }
 
+/* The kernel trace (desc.trace_records) over the 36-layer demotion: the
+   traced build's codes, scales and untouched slots equal the CPU reference's
+   as the plain build's do, and every CTA that entered (at least one per layer
+   and side) marks ENTRY, WAITED (R and the threshold table staged) and DONE in
+   that order; nothing else is traced. */
+Test(quantize_gpu, kernel_trace_marks_every_cta, .timeout = 600) {
+    enum { CAP = 1 << 16 };
+    oscar_ctx *gpu = tu_gpu_ctx_traced_or_skip(CAP), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    qcase qc = {0};
+    oscar_trace_record *rec = tu_xmalloc(sizeof(oscar_trace_record) * CAP);
+    uint64_t t_min = UINT64_MAX, t_max = 0;
+    int32_t count = 0, i, waited = 0, k, ctas;
+    qc.D = 128, qc.GS = 128, qc.H = 8, qc.layers = 36, qc.page_size = 8, qc.pages = 200, qc.T = 32 * 8;
+    qc.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+    qc.src_dtype = OSCAR_DTYPE_BF16;
+    qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
+    qc.rotation = 1, qc.v_absorbed = 1;
+    qc.demotion = 1;
+    TU_OK(gpu, oscar_trace_reset(gpu, NULL));
+    cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
+    TU_OK(gpu, oscar_trace_read(gpu, rec, CAP, &count));
+    cr_assert(count > 0 && count < CAP, "%d marks", count);
+    ctas = tu_trace_ctas(rec, count, OSCAR_TRACE_QUANTIZE, &t_min, &t_max);
+    for (k = 1; k < OSCAR__TRACE_KERNEL_COUNT; k++)
+        if (k != OSCAR_TRACE_QUANTIZE) cr_assert_eq(tu_trace_ctas(rec, count, k, &t_min, &t_max), 0);
+    for (i = 0; i < count; i++) waited += rec[i].mark == OSCAR_TRACE_WAITED;
+    cr_assert(ctas >= 2 * qc.layers, "%d quantize CTAs traced for %d layers", ctas, qc.layers);
+    cr_assert_eq(waited, ctas, "every CTA staged its rotation");
+    cr_assert_eq(count, 3 * ctas);
+    cr_log_info("quantize trace: %d CTAs, span %.1f us", ctas, (double)(t_max - t_min) * 1e-3);
+    free(rec);
+    oscar_shutdown(cpu);
+    oscar_shutdown(gpu);
+}
+
 /* A V-absorbed clipped prefill big enough that the grid's K / V split is
    bound by the resident CTAs, where oscar__quant_side_cost's clipped costs
    (33 : 23) split differently from 4 : 3 -- on the H200 (132 SMs) 3 layers x

@@ -60,15 +60,66 @@ static inline void tu_permutation(tu_rng *r, int64_t *out, int64_t n) {
     } while (0)
 
 /* Sets up a device context, or skips the test with the reason. */
-static inline oscar_ctx *tu_gpu_ctx_or_skip(void) {
+/* A context on device 0 (with a kernel trace of trace_records records when
+   > 0), or the test skipped without one. */
+static inline oscar_ctx *tu_gpu_ctx_traced_or_skip(int32_t trace_records) {
     oscar_desc desc = {0};
     oscar_ctx *ctx = NULL;
-    oscar_status st = oscar_setup(&desc, &ctx);
+    oscar_status st;
+    desc.trace_records = trace_records;
+    st = oscar_setup(&desc, &ctx);
     if (st == OSCAR_STATUS_NO_DRIVER || st == OSCAR_STATUS_NO_DEVICE) {
         cr_skip_test("no CUDA device: %s: %s", oscar_status_string(st), oscar_last_error(NULL));
     }
     cr_assert(st == OSCAR_OK, "oscar_setup: %s: %s", oscar_status_string(st), oscar_last_error(NULL));
     return ctx;
+}
+static inline oscar_ctx *tu_gpu_ctx_or_skip(void) { return tu_gpu_ctx_traced_or_skip(0); }
+
+/* The kernel trace's records of one kernel (one launch since the reset):
+   every CTA that entered also reached DONE, each mark at most once, in time
+   order (ENTRY <= WAITED <= LOOP_END <= DONE where present), and no CTA has
+   marks without ENTRY. Returns the number of CTAs that entered; *t_min /
+   *t_max are widened to the kernel's first and last mark. */
+static inline int tu_trace_ctas(const oscar_trace_record *rec, int n, int kernel, uint64_t *t_min, uint64_t *t_max) {
+    uint32_t max_cta = 0, c;
+    uint64_t(*t)[OSCAR__TRACE_MARK_COUNT];
+    int i, m, ctas = 0;
+    for (i = 0; i < n; i++)
+        if (rec[i].kernel == kernel && rec[i].cta > max_cta) max_cta = rec[i].cta;
+    t = (uint64_t(*)[OSCAR__TRACE_MARK_COUNT])calloc((size_t)max_cta + 1, sizeof *t);
+    cr_assert(t != NULL);
+    for (i = 0; i < n; i++) {
+        const oscar_trace_record *r = &rec[i];
+        cr_assert(r->kernel > 0 && r->kernel < OSCAR__TRACE_KERNEL_COUNT, "record %d: kernel id %d", i, r->kernel);
+        cr_assert(r->mark < OSCAR__TRACE_MARK_COUNT, "record %d: mark id %d", i, r->mark);
+        cr_assert(r->time_ns != 0, "record %d: time 0", i);
+        if (r->kernel != kernel) continue;
+        cr_assert(t[r->cta][r->mark] == 0, "%s CTA %u: mark %s twice", oscar_trace_kernel_name(kernel), r->cta,
+                  oscar_trace_mark_name(r->mark));
+        t[r->cta][r->mark] = r->time_ns;
+        if (r->time_ns < *t_min) *t_min = r->time_ns;
+        if (r->time_ns > *t_max) *t_max = r->time_ns;
+    }
+    for (c = 0; c <= max_cta; c++) {
+        uint64_t prev = t[c][0];
+        if (!t[c][0]) {
+            for (m = 1; m < OSCAR__TRACE_MARK_COUNT; m++)
+                cr_assert(t[c][m] == 0, "%s CTA %u: mark %s without entry", oscar_trace_kernel_name(kernel), c,
+                          oscar_trace_mark_name(m));
+            continue;
+        }
+        ctas++;
+        cr_assert(t[c][OSCAR_TRACE_DONE] != 0, "%s CTA %u entered but has no done mark", oscar_trace_kernel_name(kernel), c);
+        for (m = 1; m < OSCAR__TRACE_MARK_COUNT; m++) {
+            if (!t[c][m]) continue;
+            cr_assert(t[c][m] >= prev, "%s CTA %u: mark %s before the one before it", oscar_trace_kernel_name(kernel), c,
+                      oscar_trace_mark_name(m));
+            prev = t[c][m];
+        }
+    }
+    free(t);
+    return ctas;
 }
 
 static inline void *tu_dev_alloc(size_t n) {
