@@ -296,14 +296,18 @@ OSCAR_API oscar_status oscar_query_jit_kernels(const oscar_ctx *ctx, oscar_jit_k
 
 /* ------------------------------------------------------------------------ */
 /* Kernel trace: per-CTA timestamps, for benchmarking (off by default)       */
-/* With desc.trace_records = N > 0 (at most OSCAR_TRACE_MAX_RECORDS) every
-   kernel the context compiles is a trace build (-DOSCAR_TRACE=1, its own JIT
-   cache entries: the kernels of a context without a trace carry none of
-   it), and the context owns a device buffer of N records. Thread 0 of each
-   CTA appends one record at each of its kernel's marks, with the device's
-   %globaltimer (ns); the same plans, launches and results as without the
-   trace (a record costs a global atomic and two stores per CTA and mark).
-   Records past N are counted and dropped. Decode kernels mark:
+/* With desc.trace_records = N (0, or OSCAR_TRACE_MIN_RECORDS to
+   OSCAR_TRACE_MAX_RECORDS) every kernel the context compiles is a trace
+   build (-DOSCAR_TRACE=1, its own JIT cache entries: the kernels of a
+   context without a trace carry none of it), and the context owns a device
+   buffer of N 16-byte records, shared equally by the kinds of kernel: the
+   first N / OSCAR_TRACE_MIN_RECORDS CTAs of each kernel have a record slot
+   per mark, later CTAs' marks are counted as dropped. Thread 0 of each CTA
+   stores the device's %globaltimer (ns) at each of its kernel's marks (two
+   plain stores; no atomic, no round trip); the same plans, launches and
+   results as without the trace. One launch of each kernel between a reset
+   and a read: a second launch's marks overwrite the first's. Decode kernels
+   mark:
        ENTRY     first instruction
        WAITED    prep: the previous grid done (griddepcontrol.wait);
                  INT2: q' from prep visible; merge: every split of its
@@ -313,6 +317,7 @@ OSCAR_API oscar_status oscar_query_jit_kernels(const oscar_ctx *ctx, oscar_jit_k
                  written (prep, merge)
    quantize: ENTRY, WAITED (R and the threshold table staged in shared
    memory), DONE (thread 0's warp stored its last codes). */
+#define OSCAR_TRACE_MIN_RECORDS 24 /* kernel kinds x marks: one CTA each */
 #define OSCAR_TRACE_MAX_RECORDS (1 << 24)
 typedef enum oscar_trace_kernel {
     OSCAR_TRACE_DECODE_PREP = 1,
@@ -338,13 +343,15 @@ typedef struct oscar_trace_record {
     uint8_t kernel;   /* oscar_trace_kernel */
     uint8_t mark;     /* oscar_trace_mark */
 } oscar_trace_record;
-/* Empties the buffer, in stream order (a cuMemsetD8Async of its count). */
+/* Empties the buffer, in stream order (a cuMemsetD8Async of all of it). */
 OSCAR_API oscar_status oscar_trace_reset(oscar_ctx *ctx, oscar_stream stream);
-/* Copies up to cap records, in the order the marks were made; *out_count is
-   the number of marks made since the last reset (more than were kept when it
-   exceeds desc.trace_records). Synchronous: call it once the traced work has
-   finished (e.g. after cuStreamSynchronize). */
-OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out, int32_t cap, int32_t *out_count);
+/* Copies up to cap of the records made since the last reset, in (kernel,
+   CTA, mark) order; *out_count is the number made (all were copied when it
+   is <= cap), *out_dropped (may be NULL) the marks of CTAs beyond the slots.
+   Synchronous: call it once the traced work has finished (e.g. after
+   cuStreamSynchronize). */
+OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out, int32_t cap, int32_t *out_count,
+                                        int32_t *out_dropped);
 /* "decode_int2", "entry", ...; "?" for a value outside the enums. */
 OSCAR_API const char *oscar_trace_kernel_name(int32_t kernel);
 OSCAR_API const char *oscar_trace_mark_name(int32_t mark);

@@ -128,7 +128,7 @@ static inline void bu_trace_graph(oscar_ctx *ctx, bu_fn fn, void *arg, const cha
     cudaGraph_t g;
     cudaGraphExec_t ge;
     uint64_t t0 = UINT64_MAX;
-    int32_t count = 0, n, i, k, m;
+    int32_t count = 0, dropped = 0, n, i, k, m;
     BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     bu_stream = s;
     BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -140,9 +140,9 @@ static inline void bu_trace_graph(oscar_ctx *ctx, bu_fn fn, void *arg, const cha
     BU_OK(ctx, oscar_trace_reset(ctx, s));
     BU_CUDA(cudaGraphLaunch(ge, s));
     BU_CUDA(cudaStreamSynchronize(s));
-    BU_OK(ctx, oscar_trace_read(ctx, rec, CAP, &count));
+    BU_OK(ctx, oscar_trace_read(ctx, rec, CAP, &count, &dropped));
     n = count < CAP ? count : CAP;
-    if (count > CAP) printf("trace %s: %d marks, the first %d kept\n", label, count, CAP);
+    if (count > CAP || dropped) printf("trace %s: %d marks, %d kept, %d dropped (CTAs beyond the slots)\n", label, count, n, dropped);
     for (i = 0; i < n; i++)
         if (rec[i].time_ns < t0) t0 = rec[i].time_ns;
     printf("trace %s (one graph replay; us from its first mark; CTAs: min / median / max)\n", label);

@@ -503,14 +503,16 @@ OSCAR__PRIVATE oscar_status oscar__load_module(oscar_ctx *ctx, oscar__kernel *k,
     r = ctx->cu.cuModuleLoadData(&k->module, cubin);
     if (r == 0) r = ctx->cu.cuModuleGetFunction(&k->function, k->module, k->lowered_name);
     k->info.module_load_ms = oscar__now_ms() - t0;
-    if (r == 0 && ctx->trace_buffer) { /* a trace build: point its buffer at the context's */
+    if (r == 0 && ctx->trace_buffer) { /* a trace build: {buffer, CTA slots} into its constant */
         oscar__CUdeviceptr var = 0;
         size_t bytes = 0;
-        r = ctx->cu.cuModuleGetGlobal(&var, &bytes, k->module, "oscar_trace_buffer");
-        if (r == 0 && bytes == sizeof ctx->trace_buffer)
-            r = ctx->cu.cuMemcpyHtoD(var, &ctx->trace_buffer, sizeof ctx->trace_buffer);
+        unsigned long long v[2];
+        v[0] = ctx->trace_buffer, v[1] = OSCAR__CAST(unsigned long long, ctx->trace_cta_slots);
+        r = ctx->cu.cuModuleGetGlobal(&var, &bytes, k->module, "oscar_trace");
+        if (r == 0 && bytes == sizeof v)
+            r = ctx->cu.cuMemcpyHtoD(var, v, sizeof v);
         else if (r == OSCAR__CUDA_ERROR_NOT_FOUND)
-            r = 0; /* a kernel without marks (ptxas kept no unused global) */
+            r = 0; /* a kernel without marks (ptxas kept no unused constant) */
     }
     oscar__pop(ctx);
     if (r != 0) return oscar__cu_fail(ctx, r, "cuModuleLoadData/cuModuleGetFunction (or the trace buffer's address)");

@@ -44,9 +44,11 @@ typedef uint8_t oscar_u8;
 #define OSCAR_K_DTYPE_I64 5
 
 /* Kernel trace (oscar_desc.trace_records; the values of oscar_trace_kernel and
-   oscar_trace_mark in oscar.h). The buffer: a 16-byte header (u32 marks made
-   since the last reset, u32 capacity in records, 8 bytes unused), then
-   16-byte records {u64 %globaltimer ns; u32 cta; u16 sm; u8 kernel; u8 mark}. */
+   oscar_trace_mark in oscar.h). The buffer: a 16-byte header (u32 marks
+   dropped for lack of room, 12 bytes unused), then one 16-byte record slot
+   per (kernel, CTA, mark), {u64 %globaltimer ns; u32 cta; u16 sm; u8 kernel;
+   u8 mark}, at ((kernel - 1) * cta_slots + cta) * OSCAR_K_TRACE_MARKS + mark
+   (time 0: no mark). */
 #define OSCAR_K_TRACE_DECODE_PREP 1
 #define OSCAR_K_TRACE_DECODE_INT2 2
 #define OSCAR_K_TRACE_DECODE_WINDOW 3
@@ -57,6 +59,8 @@ typedef uint8_t oscar_u8;
 #define OSCAR_K_TRACE_WAITED 1
 #define OSCAR_K_TRACE_LOOP_END 2
 #define OSCAR_K_TRACE_DONE 3
+#define OSCAR_K_TRACE_KERNELS 6 /* the largest kernel id */
+#define OSCAR_K_TRACE_MARKS 4
 #define OSCAR_K_TRACE_HEADER_BYTES 16
 #define OSCAR_K_TRACE_RECORD_BYTES 16
 

@@ -198,9 +198,11 @@ struct oscar_ctx {
     char *jit_log;
     struct oscar__tune_state *tune; /* tuning tables (tune/oscar_tune.h); NULL for the CPU backend */
     /* kernel trace (desc.trace_records > 0): every compile adds -DOSCAR_TRACE=1;
-       on a device, a buffer of OSCAR_K_TRACE_HEADER_BYTES + records that each
-       loaded module's oscar_trace_buffer points at (src/oscar_trace.h) */
+       on a device, a buffer of OSCAR_K_TRACE_HEADER_BYTES + record slots
+       (trace_cta_slots CTAs of each kernel kind x marks) that each loaded
+       module's oscar_trace constant names (src/oscar_trace.h) */
     int32_t trace_records;
+    int64_t trace_cta_slots;
     oscar__CUdeviceptr trace_buffer;
 };
 

@@ -132,9 +132,12 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
                     "desc.cache_mode = %d; expected an oscar_jit_cache_mode", OSCAR__CAST(int, desc->cache_mode));
     OSCAR__VALIDATE(&v, (desc->allocator.alloc_fn == NULL) == (desc->allocator.free_fn == NULL),
                     "desc.allocator: alloc_fn and free_fn must be set together");
-    OSCAR__VALIDATE(&v, desc->trace_records >= 0 && desc->trace_records <= OSCAR_TRACE_MAX_RECORDS,
-                    "desc.trace_records = %d; expected 0 (no kernel trace) to %d", desc->trace_records,
-                    OSCAR_TRACE_MAX_RECORDS);
+    OSCAR__VALIDATE(&v,
+                    desc->trace_records == 0 ||
+                        (desc->trace_records >= OSCAR_TRACE_MIN_RECORDS && desc->trace_records <= OSCAR_TRACE_MAX_RECORDS),
+                    "desc.trace_records = %d; expected 0 (no kernel trace) or %d (a slot per kind of kernel and mark) "
+                    "to %d",
+                    desc->trace_records, OSCAR_TRACE_MIN_RECORDS, OSCAR_TRACE_MAX_RECORDS);
     OSCAR__VALIDATE(&v, desc->trace_records == 0 || desc->backend != OSCAR_BACKEND_CPU,
                     "desc.trace_records = %d with the CPU backend; the kernel trace needs OSCAR_BACKEND_CUDA (the CPU "
                     "backend runs no kernels)",

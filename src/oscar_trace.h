@@ -10,8 +10,10 @@
    kernels of an ordinary context are the same code as without them.
 
    Buffer layout (OSCAR_K_TRACE_* in oscar_kernels/oscar_params.h): a 16-byte
-   header {u32 marks made since the last reset, u32 capacity} and capacity
-   16-byte records laid out as oscar_trace_record. */
+   header {u32 marks dropped, 12 bytes unused}, then a 16-byte record slot per
+   (kernel kind, CTA < trace_cta_slots, mark), laid out as oscar_trace_record;
+   a slot with time 0 holds no mark. Fixed slots instead of an appended list:
+   the device then needs no returning atomic (common.cuh, trace_mark). */
 #ifndef OSCAR_TRACE_H_INCLUDED
 #define OSCAR_TRACE_H_INCLUDED
 
@@ -24,26 +26,35 @@ OSCAR_PARAMS_STATIC_ASSERT(OSCAR_TRACE_DECODE_PREP == OSCAR_K_TRACE_DECODE_PREP 
                                OSCAR_TRACE_DECODE_WINDOW == OSCAR_K_TRACE_DECODE_WINDOW &&
                                OSCAR_TRACE_DECODE_MERGE == OSCAR_K_TRACE_DECODE_MERGE &&
                                OSCAR_TRACE_DECODE_MERGE_HEAD == OSCAR_K_TRACE_DECODE_MERGE_HEAD &&
-                               OSCAR_TRACE_QUANTIZE == OSCAR_K_TRACE_QUANTIZE,
+                               OSCAR_TRACE_QUANTIZE == OSCAR_K_TRACE_QUANTIZE &&
+                               OSCAR__TRACE_KERNEL_COUNT == OSCAR_K_TRACE_KERNELS + 1,
                            "trace kernel ids");
 OSCAR_PARAMS_STATIC_ASSERT(OSCAR_TRACE_ENTRY == OSCAR_K_TRACE_ENTRY && OSCAR_TRACE_WAITED == OSCAR_K_TRACE_WAITED &&
-                               OSCAR_TRACE_LOOP_END == OSCAR_K_TRACE_LOOP_END && OSCAR_TRACE_DONE == OSCAR_K_TRACE_DONE,
+                               OSCAR_TRACE_LOOP_END == OSCAR_K_TRACE_LOOP_END && OSCAR_TRACE_DONE == OSCAR_K_TRACE_DONE &&
+                               OSCAR__TRACE_MARK_COUNT == OSCAR_K_TRACE_MARKS,
                            "trace mark ids");
+OSCAR_PARAMS_STATIC_ASSERT(OSCAR_TRACE_MIN_RECORDS == OSCAR_K_TRACE_KERNELS * OSCAR_K_TRACE_MARKS,
+                           "one slot per kernel kind and mark");
 
-/* oscar_setup's part, after the device is set up: the buffer, its header
-   written (count 0, capacity). Nothing to do without a trace or a device. */
+OSCAR__PRIVATE size_t oscar__trace_slot_count(const oscar_ctx *ctx) {
+    return OSCAR__CAST(size_t, ctx->trace_cta_slots) * OSCAR_K_TRACE_KERNELS * OSCAR_K_TRACE_MARKS;
+}
+OSCAR__PRIVATE size_t oscar__trace_bytes(const oscar_ctx *ctx) {
+    return OSCAR_K_TRACE_HEADER_BYTES + oscar__trace_slot_count(ctx) * OSCAR_K_TRACE_RECORD_BYTES;
+}
+
+/* oscar_setup's part, after the device is set up: the buffer, zeroed.
+   Nothing to do without a trace or a device. */
 OSCAR__PRIVATE oscar_status oscar__trace_setup(oscar_ctx *ctx) {
-    uint32_t header[OSCAR_K_TRACE_HEADER_BYTES / 4] = {0};
-    size_t bytes;
     oscar__CUresult r;
+    ctx->trace_cta_slots = ctx->trace_records / OSCAR_TRACE_MIN_RECORDS;
     if (ctx->trace_records <= 0 || ctx->compile_only) return OSCAR_OK;
-    bytes = OSCAR_K_TRACE_HEADER_BYTES + OSCAR__CAST(size_t, ctx->trace_records) * OSCAR_K_TRACE_RECORD_BYTES;
-    header[1] = OSCAR__CAST(uint32_t, ctx->trace_records);
     /* failures are oscar_setup's: reported without a context */
     r = ctx->cu.cuCtxPushCurrent(ctx->cuctx);
     if (r != 0) return oscar__cu_fail_as(&ctx->cu, NULL, r, "oscar_setup: cuCtxPushCurrent");
-    r = ctx->cu.cuMemAlloc(&ctx->trace_buffer, bytes);
-    if (r == 0) r = ctx->cu.cuMemcpyHtoD(ctx->trace_buffer, header, sizeof header);
+    r = ctx->cu.cuMemAlloc(&ctx->trace_buffer, oscar__trace_bytes(ctx));
+    if (r == 0) r = ctx->cu.cuMemsetD8Async(ctx->trace_buffer, 0, oscar__trace_bytes(ctx), NULL);
+    if (r == 0) r = ctx->cu.cuCtxSynchronize();
     oscar__pop(ctx);
     if (r != 0) return oscar__cu_fail_as(&ctx->cu, NULL, r, "oscar_setup: the kernel trace buffer (desc.trace_records)");
     return OSCAR_OK;
@@ -71,15 +82,18 @@ OSCAR_API oscar_status oscar_trace_reset(oscar_ctx *ctx, oscar_stream stream) {
     if (st != OSCAR_OK) return st;
     st = oscar__push(ctx);
     if (st != OSCAR_OK) return st;
-    r = ctx->cu.cuMemsetD8Async(ctx->trace_buffer, 0, 4, stream);
+    r = ctx->cu.cuMemsetD8Async(ctx->trace_buffer, 0, oscar__trace_bytes(ctx), stream);
     oscar__pop(ctx);
     if (r != 0) return oscar__cu_fail(ctx, r, "oscar_trace_reset: cuMemsetD8Async");
     return OSCAR_OK;
 }
 
-OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out, int32_t cap, int32_t *out_count) {
-    uint32_t header[OSCAR_K_TRACE_HEADER_BYTES / 4];
-    uint32_t n;
+OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out, int32_t cap, int32_t *out_count,
+                                        int32_t *out_dropped) {
+    const size_t bytes = ctx && ctx->trace_buffer ? oscar__trace_bytes(ctx) : 0;
+    uint8_t *host;
+    uint32_t dropped;
+    size_t i, n = 0;
     oscar__CUresult r;
     oscar_status st = oscar__trace_check(ctx, "oscar_trace_read");
     if (st != OSCAR_OK) return st;
@@ -88,16 +102,31 @@ OSCAR_API oscar_status oscar_trace_read(oscar_ctx *ctx, oscar_trace_record *out,
                            "oscar_trace_read: cap = %d; expected out_count non-NULL, cap >= 0 and out non-NULL when "
                            "cap > 0",
                            cap);
+    host = OSCAR__CAST(uint8_t *, oscar__alloc(ctx, bytes));
+    if (!host)
+        return oscar__fail(ctx, OSCAR_STATUS_OUT_OF_MEMORY, "oscar_trace_read: out of host memory for %zu bytes", bytes);
     st = oscar__push(ctx);
-    if (st != OSCAR_OK) return st;
-    r = ctx->cu.cuMemcpyDtoH(header, ctx->trace_buffer, sizeof header);
-    n = OSCAR__MIN(OSCAR__MIN(header[0], OSCAR__CAST(uint32_t, ctx->trace_records)), OSCAR__CAST(uint32_t, cap));
-    if (r == 0 && n > 0)
-        r = ctx->cu.cuMemcpyDtoH(out, ctx->trace_buffer + OSCAR_K_TRACE_HEADER_BYTES,
-                                 OSCAR__CAST(size_t, n) * sizeof(oscar_trace_record));
+    if (st != OSCAR_OK) {
+        oscar__free(ctx, host);
+        return st;
+    }
+    r = ctx->cu.cuMemcpyDtoH(host, ctx->trace_buffer, bytes);
     oscar__pop(ctx);
-    if (r != 0) return oscar__cu_fail(ctx, r, "oscar_trace_read: cuMemcpyDtoH");
-    *out_count = header[0] > 0x7fffffffu ? 0x7fffffff : OSCAR__CAST(int32_t, header[0]);
+    if (r != 0) {
+        oscar__free(ctx, host);
+        return oscar__cu_fail(ctx, r, "oscar_trace_read: cuMemcpyDtoH");
+    }
+    for (i = 0; i < oscar__trace_slot_count(ctx); i++) {
+        oscar_trace_record rec;
+        memcpy(&rec, host + OSCAR_K_TRACE_HEADER_BYTES + i * OSCAR_K_TRACE_RECORD_BYTES, sizeof rec);
+        if (rec.time_ns == 0) continue;
+        if (n < OSCAR__CAST(size_t, cap)) out[n] = rec;
+        n++;
+    }
+    memcpy(&dropped, host, 4);
+    oscar__free(ctx, host);
+    *out_count = OSCAR__CAST(int32_t, n);
+    if (out_dropped) *out_dropped = dropped > 0x7fffffffu ? 0x7fffffff : OSCAR__CAST(int32_t, dropped);
     return OSCAR_OK;
 }
 

@@ -951,19 +951,21 @@ static void prob_run_once(oscar_ctx *ctx, dprob *P, uint16_t *o, float *lse) {
    bits as a plain one, and each kernel of the step leaves every CTA's marks
    in order -- the INT2 grid's batch x KV heads x splits CTAs (an empty split
    included), the window grid's, prep's and the merge's; the marks fall
-   inside one step's span. A buffer of 4 records keeps 4 and counts the
-   rest; a context without a trace refuses to read one, naming the field. */
+   inside one step's span. With OSCAR_TRACE_MIN_RECORDS records (one CTA
+   slot per kernel) exactly CTA 0's marks are kept, the rest counted as
+   dropped, nothing written past what was asked; a context without a trace
+   refuses to read one, naming the field. */
 Test(decode_gpu, kernel_trace_marks_every_cta_in_order, .timeout = 600) {
     oscar_ctx *plain = tu_gpu_ctx_or_skip(), *traced = tu_gpu_ctx_traced_or_skip(1 << 16);
-    oscar_ctx *tiny = tu_gpu_ctx_traced_or_skip(4);
+    oscar_ctx *tiny = tu_gpu_ctx_traced_or_skip(OSCAR_TRACE_MIN_RECORDS);
     tu_rng r = tu_seed();
     static const int64_t il[3] = {5000, 123, 0}, wl[3] = {300, 64, 17};
-    enum { N = 3 * 8 * 128, NL = 3 * 8, CAP = 1 << 16 };
+    enum { N = 3 * 8 * 128, NL = 3 * 8, CAP = 1 << 16, POISON = 32 };
     uint16_t *o0 = tu_xmalloc(N * 2), *o1 = tu_xmalloc(N * 2);
     float lse0[NL], lse1[NL];
     oscar_trace_record *rec = tu_xmalloc(sizeof(oscar_trace_record) * CAP);
     uint64_t t_min = UINT64_MAX, t_max = 0;
-    int32_t count = -1, count_full, i, k;
+    int32_t count = -1, dropped = -1, count_full, cta0 = 0, i, k;
     int ctas[OSCAR__TRACE_KERNEL_COUNT] = {0};
     dcase c = {0};
     dprob P;
@@ -975,9 +977,10 @@ Test(decode_gpu, kernel_trace_marks_every_cta_in_order, .timeout = 600) {
     TU_OK(traced, oscar_trace_reset(traced, NULL));
     prob_run_once(traced, &P, o1, lse1);
     cr_assert(memcmp(o0, o1, N * 2) == 0 && memcmp(lse0, lse1, NL * 4) == 0, "a traced step differs from a plain one");
-    TU_OK(traced, oscar_trace_read(traced, rec, CAP, &count));
-    cr_assert(count > 0 && count < CAP, "%d marks", count);
+    TU_OK(traced, oscar_trace_read(traced, rec, CAP, &count, &dropped));
+    cr_assert(count > 0 && count < CAP && dropped == 0, "%d marks, %d dropped", count, dropped);
     count_full = count;
+    for (i = 0; i < count; i++) cta0 += rec[i].cta == 0;
     for (k = 1; k < OSCAR__TRACE_KERNEL_COUNT; k++) ctas[k] = tu_trace_ctas(rec, count, k, &t_min, &t_max);
     cr_assert_eq(ctas[OSCAR_TRACE_DECODE_INT2], c.B * c.Hkv * P.plan.int2_splits, "INT2 CTAs traced");
     cr_assert_eq(ctas[OSCAR_TRACE_DECODE_WINDOW], c.B * c.Hkv * P.plan.window_splits, "window CTAs traced");
@@ -987,16 +990,17 @@ Test(decode_gpu, kernel_trace_marks_every_cta_in_order, .timeout = 600) {
     cr_assert(t_max - t_min < 1000000000ull, "one step's marks span %.3f s", (double)(t_max - t_min) * 1e-9);
     cr_log_info("kernel trace: %d marks; CTAs prep %d, int2 %d, window %d, merge %d + %d; span %.1f us", count,
                 ctas[1], ctas[2], ctas[3], ctas[4], ctas[5], (double)(t_max - t_min) * 1e-3);
-    /* 4 records: the first 4 marks kept, the rest counted */
-    memset(rec, 0xAB, sizeof(oscar_trace_record) * 8);
+    /* one CTA slot per kernel: CTA 0's marks kept, the others' counted */
+    memset(rec, 0xAB, sizeof(oscar_trace_record) * POISON);
     TU_OK(tiny, oscar_trace_reset(tiny, NULL));
     prob_run_once(tiny, &P, o1, lse1);
-    cr_assert(memcmp(o0, o1, N * 2) == 0, "a traced step (4 records) differs from a plain one");
-    TU_OK(tiny, oscar_trace_read(tiny, rec, 8, &count));
-    cr_assert_eq(count, count_full, "marks made with 4 records against %d", count_full);
-    for (i = 0; i < 4; i++) cr_assert(rec[i].time_ns != 0xABABABABABABABABull, "record %d kept", i);
-    for (i = 4; i < 8; i++) cr_assert(rec[i].time_ns == 0xABABABABABABABABull, "record %d written past the capacity", i);
-    cr_assert_eq(oscar_trace_read(plain, rec, 8, &count), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(memcmp(o0, o1, N * 2) == 0, "a traced step (one CTA slot per kernel) differs from a plain one");
+    TU_OK(tiny, oscar_trace_read(tiny, rec, POISON, &count, &dropped));
+    cr_assert_eq(count, cta0, "marks kept: CTA 0's %d", cta0);
+    cr_assert_eq(dropped, count_full - cta0, "marks dropped");
+    for (i = 0; i < count; i++) cr_assert(rec[i].cta == 0, "record %d is CTA %u's", i, rec[i].cta);
+    for (i = count; i < POISON; i++) cr_assert(rec[i].time_ns == 0xABABABABABABABABull, "record %d written", i);
+    cr_assert_eq(oscar_trace_read(plain, rec, 8, &count, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(oscar_last_error(plain), "desc.trace_records = 0") != NULL, "%s", oscar_last_error(plain));
     free(o0), free(o1), free(rec);
     prob_free(&P);

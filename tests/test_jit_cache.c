@@ -284,8 +284,8 @@ static int file_contains(const char *path, const char *s) {
 
 /* The kernel trace (desc.trace_records > 0): its builds are their own cache
    entries (-DOSCAR_TRACE=1 is in the key), every traced kernel family compiles
-   for sm_90 and sm_80 and its cubin carries the oscar_trace_buffer global the
-   host points at the trace buffer, while a plain build of the same
+   for sm_90 and sm_80 and its cubin carries the oscar_trace constant the host
+   points at the trace buffer, while a plain build of the same
    instantiation has none of it; a compile-only context has no buffer to
    reset or read. */
 Test(jit_cache, trace_builds_are_their_own_entries, .timeout = 600) {
@@ -305,7 +305,7 @@ Test(jit_cache, trace_builds_are_their_own_entries, .timeout = 600) {
     plain = ctx_for(dir_plain, 90, OSCAR_JIT_CACHE_DEFAULT);
     TU_OK(plain, oscar_jit_prepare(plain, instantiation_index(traced_kernels[1])));
     cr_assert_eq(count_entries(dir_plain, entry, sizeof entry), 1);
-    cr_assert(!file_contains(entry, "oscar_trace_buffer"), "a plain build carries the trace");
+    cr_assert(!file_contains(entry, "oscar_trace"), "a plain build carries the trace");
     for (a = 0; a < 2; a++) {
         oscar_desc desc = {0};
         oscar_ctx *traced = NULL;
@@ -334,7 +334,7 @@ Test(jit_cache, trace_builds_are_their_own_entries, .timeout = 600) {
                 size_t len = strlen(e->d_name);
                 if (len > 6 && strcmp(e->d_name + len - 6, ".cubin") == 0) {
                     snprintf(entry, sizeof entry, "%s/%s", dir, e->d_name);
-                    cr_assert(file_contains(entry, "oscar_trace_buffer"), "sm_%d: %s lacks the trace", sms[a], entry);
+                    cr_assert(file_contains(entry, "oscar_trace"), "sm_%d: %s lacks the trace", sms[a], entry);
                     n++;
                 }
             }
@@ -342,7 +342,7 @@ Test(jit_cache, trace_builds_are_their_own_entries, .timeout = 600) {
             cr_assert_eq(n, NK);
         }
         cr_assert_eq(oscar_trace_reset(traced, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
-        cr_assert_eq(oscar_trace_read(traced, rec, 1, &count), OSCAR_STATUS_INVALID_ARGUMENT);
+        cr_assert_eq(oscar_trace_read(traced, rec, 1, &count, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
         cr_assert(strstr(oscar_last_error(traced), "compile-only") != NULL, "%s", oscar_last_error(traced));
         oscar_shutdown(traced);
         tu_rmtree(dir);

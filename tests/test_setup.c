@@ -92,8 +92,9 @@ Test(setup, validation_names_every_bad_field) {
     cr_assert(ctx == NULL);
 }
 
-/* desc.trace_records: a count in 0..OSCAR_TRACE_MAX_RECORDS, and only with
-   the CUDA backend; a context without a trace (CPU here) reads none. */
+/* desc.trace_records: 0, or a count in OSCAR_TRACE_MIN_RECORDS..
+   OSCAR_TRACE_MAX_RECORDS, and only with the CUDA backend; a context without
+   a trace (CPU here) reads none. */
 Test(setup, trace_records_validated) {
     oscar_desc desc = {0};
     oscar_ctx *ctx = NULL;
@@ -103,18 +104,21 @@ Test(setup, trace_records_validated) {
     desc.trace_records = -1;
     cr_assert_eq(oscar_setup(&desc, &ctx), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(oscar_last_error(NULL), "desc.trace_records = -1") != NULL, "%s", oscar_last_error(NULL));
+    desc.trace_records = OSCAR_TRACE_MIN_RECORDS - 1;
+    cr_assert_eq(oscar_setup(&desc, &ctx), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(oscar_last_error(NULL), "desc.trace_records = 23") != NULL, "%s", oscar_last_error(NULL));
     desc.trace_records = OSCAR_TRACE_MAX_RECORDS + 1;
     cr_assert_eq(oscar_setup(&desc, &ctx), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(oscar_last_error(NULL), "desc.trace_records = 16777217") != NULL, "%s", oscar_last_error(NULL));
     desc.compile_only_sm = 0;
     desc.backend = OSCAR_BACKEND_CPU;
-    desc.trace_records = 16;
+    desc.trace_records = 64;
     cr_assert_eq(oscar_setup(&desc, &ctx), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(oscar_last_error(NULL), "CPU backend") != NULL, "%s", oscar_last_error(NULL));
     cr_assert(ctx == NULL);
     desc.trace_records = 0;
     TU_OK(NULL, oscar_setup(&desc, &ctx));
-    cr_assert_eq(oscar_trace_read(ctx, rec, 1, &count), OSCAR_STATUS_INVALID_ARGUMENT);
+    cr_assert_eq(oscar_trace_read(ctx, rec, 1, &count, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(oscar_last_error(ctx), "desc.trace_records = 0") != NULL, "%s", oscar_last_error(ctx));
     cr_assert_eq(oscar_trace_reset(NULL, NULL), OSCAR_STATUS_INVALID_ARGUMENT);
     cr_assert_str_eq(oscar_trace_kernel_name(OSCAR_TRACE_DECODE_INT2), "decode_int2");
