@@ -102,13 +102,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--page") && i + 1 < argc) int2_ps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--v-absorbed")) v_absorbed = 1;
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
-            trace_csv = fopen(argv[++i], "w");
-            if (!trace_csv) {
-                printf("--trace: cannot write %s\n", argv[i]);
-                return 2;
-            }
-            fprintf(trace_csv, "shape,kernel,mark,cta,sm,us\n");
-            desc.trace_records = 1 << 20;
+            if (!(trace_csv = bu_trace_open(argv[++i], "shape", &desc))) return 2;
         }
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
             if (sscanf(argv[++i], "%d:%d", &force_int2, &force_win) != 2) {

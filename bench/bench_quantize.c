@@ -183,13 +183,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
-            trace_csv = fopen(argv[++i], "w");
-            if (!trace_csv) {
-                printf("--trace: cannot write %s\n", argv[i]);
-                return 2;
-            }
-            fprintf(trace_csv, "case,kernel,mark,cta,sm,us\n");
-            desc.trace_records = 1 << 20;
+            if (!(trace_csv = bu_trace_open(argv[++i], "case", &desc))) return 2;
         }
     }
     if (oscar_setup(&desc, &ctx) != OSCAR_OK) {

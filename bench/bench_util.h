@@ -114,6 +114,19 @@ static inline double bu_time_graph_us(bu_fn fn, void *arg, int variants, int war
     return med;
 }
 
+/* --trace FILE: the CSV opened with its header line, and desc set for trace
+   builds (1 << 20 record slots); NULL (after a message) if it cannot be written. */
+static inline FILE *bu_trace_open(const char *path, const char *first_column, oscar_desc *desc) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        printf("--trace: cannot write %s\n", path);
+        return NULL;
+    }
+    fprintf(f, "%s,kernel,mark,cta,sm,us\n", first_column);
+    desc->trace_records = 1 << 20;
+    return f;
+}
+
 /* The kernel trace of one CUDA-graph replay of fn(arg, 0) (a context set up
    with desc.trace_records > 0; oscar.h, "Kernel trace"): the step is
    captured, replayed twice untraced-for (warm), then once between a trace

@@ -676,9 +676,9 @@ Test(quantize_gpu, clipped_threshold_table_bit_exact, .timeout = 600) {
 
 /* 32 requests x 8 tokens x 36 layers demoted in one launch from a paged bf16
    cache: exactly the destination slots change, bit-identical to the CPU. */
-Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
-    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
-    tu_rng r = tu_seed();
+/* 32 requests x 8 tokens x 36 layers gathered from a paged bf16 cache, K
+   rotated (a signed permutation: exact), V absorbed, clipped .96 / .92 */
+static qcase demotion_case(void) {
     qcase qc = {0};
     qc.D = 128, qc.GS = 128, qc.H = 8, qc.layers = 36, qc.page_size = 8, qc.pages = 200, qc.T = 32 * 8;
     qc.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
@@ -686,6 +686,13 @@ Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
     qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
     qc.rotation = 1, qc.v_absorbed = 1;
     qc.demotion = 1;
+    return qc;
+}
+
+Test(quantize_gpu, multi_layer_demotion_writes_only_its_slots, .timeout = 600) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip(), *cpu = cpu_ctx();
+    tu_rng r = tu_seed();
+    qcase qc = demotion_case();
     cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
     oscar_shutdown(cpu);
     oscar_shutdown(gpu);
@@ -700,16 +707,10 @@ Test(quantize_gpu, kernel_trace_marks_every_cta, .timeout = 600) {
     enum { CAP = 1 << 16 };
     oscar_ctx *gpu = tu_gpu_ctx_traced_or_skip(CAP), *cpu = cpu_ctx();
     tu_rng r = tu_seed();
-    qcase qc = {0};
+    qcase qc = demotion_case();
     oscar_trace_record *rec = tu_xmalloc(sizeof(oscar_trace_record) * CAP);
     uint64_t t_min = UINT64_MAX, t_max = 0;
     int32_t count = 0, dropped = -1, i, waited = 0, k, ctas;
-    qc.D = 128, qc.GS = 128, qc.H = 8, qc.layers = 36, qc.page_size = 8, qc.pages = 200, qc.T = 32 * 8;
-    qc.scale_layout = OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
-    qc.src_dtype = OSCAR_DTYPE_BF16;
-    qc.k_ratio = 0.96f, qc.v_ratio = 0.92f;
-    qc.rotation = 1, qc.v_absorbed = 1;
-    qc.demotion = 1;
     TU_OK(gpu, oscar_trace_reset(gpu, NULL));
     cr_assert_eq(gpu_vs_cpu(gpu, cpu, &r, &qc, NULL), 0.0);
     TU_OK(gpu, oscar_trace_read(gpu, rec, CAP, &count, &dropped));
