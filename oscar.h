@@ -220,8 +220,8 @@ typedef struct oscar_allocator {
        cache_dir            $OSCAR_CACHE_DIR, $XDG_CACHE_HOME/oscar/<version>, ~/.cache/oscar/<version>
        cache_mode           OSCAR_JIT_CACHE_DEFAULT (env OSCAR_JIT_DISABLE=1 forces CACHED_ONLY)
        tune_table_path      $OSCAR_TUNE_TABLE, then <cache dir>/tune_table.txt (see AUTOTUNER)
-       trace_records        0: no kernel trace; N > 0: trace builds of every kernel and a
-                            device buffer of N records (see "Kernel trace" below)
+       trace_records        0: no kernel trace; N (24 .. 2^24): trace builds of every kernel
+                            and a device buffer of N records (see "Kernel trace" below)
    Strings are copied; nothing is borrowed past oscar_setup. */
 typedef struct oscar_desc {
     uint32_t _start_canary;
