@@ -88,21 +88,28 @@ static inline void bu_graph_replay(void *arg, int rep) {
     const bu_graphs *g = (const bu_graphs *)arg;
     BU_CUDA(cudaGraphLaunch(g->ge[rep % g->variants], bu_stream));
 }
+/* fn(arg, variant) captured on stream s (bu_stream while it runs) into an
+   instantiated graph */
+static inline cudaGraphExec_t bu_graph_capture(bu_fn fn, void *arg, int variant, cudaStream_t s) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    bu_stream = s;
+    BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    fn(arg, variant);
+    BU_CUDA(cudaStreamEndCapture(s, &g));
+    BU_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    BU_CUDA(cudaGraphDestroy(g));
+    return ge;
+}
 static inline double bu_time_graph_us(bu_fn fn, void *arg, int variants, int warmup, int reps, double *spread_us) {
     cudaStream_t s;
-    cudaGraph_t g;
     bu_graphs gr;
     double med;
     int i;
     gr.ge = (cudaGraphExec_t *)calloc((size_t)variants, sizeof *gr.ge), gr.variants = variants;
     BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    bu_stream = s;
     for (i = 0; i < variants; i++) {
-        BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        fn(arg, i);
-        BU_CUDA(cudaStreamEndCapture(s, &g));
-        BU_CUDA(cudaGraphInstantiate(&gr.ge[i], g, 0));
-        BU_CUDA(cudaGraphDestroy(g));
+        gr.ge[i] = bu_graph_capture(fn, arg, i, s);
         BU_CUDA(cudaGraphUpload(gr.ge[i], s));
         BU_CUDA(cudaGraphLaunch(gr.ge[i], s));
     }
@@ -138,16 +145,11 @@ static inline void bu_trace_graph(oscar_ctx *ctx, bu_fn fn, void *arg, const cha
     oscar_trace_record *rec = (oscar_trace_record *)malloc(sizeof(oscar_trace_record) * CAP);
     double *t = (double *)malloc(sizeof(double) * CAP);
     cudaStream_t s;
-    cudaGraph_t g;
     cudaGraphExec_t ge;
     uint64_t t0 = UINT64_MAX;
     int32_t count = 0, dropped = 0, n, i, k, m;
     BU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    bu_stream = s;
-    BU_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    fn(arg, 0);
-    BU_CUDA(cudaStreamEndCapture(s, &g));
-    BU_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    ge = bu_graph_capture(fn, arg, 0, s);
     BU_CUDA(cudaGraphLaunch(ge, s));
     BU_CUDA(cudaGraphLaunch(ge, s));
     BU_OK(ctx, oscar_trace_reset(ctx, s));
@@ -176,7 +178,6 @@ static inline void bu_trace_graph(oscar_ctx *ctx, bu_fn fn, void *arg, const cha
                     (double)(rec[i].time_ns - t0) * 1e-3);
     bu_stream = 0;
     BU_CUDA(cudaGraphExecDestroy(ge));
-    BU_CUDA(cudaGraphDestroy(g));
     BU_CUDA(cudaStreamDestroy(s));
     free(rec), free(t);
 }

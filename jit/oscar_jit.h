@@ -222,7 +222,7 @@ OSCAR__PRIVATE int oscar__nvrtc_options(const oscar_ctx *ctx, const char *progra
     opts[n++] = "-std=c++17";
     opts[n++] = "-DOSCAR_NVRTC=1";
     opts[n++] = "--fmad=true";
-    if (ctx->trace_records > 0) opts[n++] = "-DOSCAR_TRACE=1"; /* see src/oscar_trace.h */
+    if (ctx->desc.trace_records > 0) opts[n++] = "-DOSCAR_TRACE=1"; /* see src/oscar_trace.h */
     if (oscar__nvrtc_extra_option) opts[n++] = oscar__nvrtc_extra_option;
     return n;
 }
@@ -507,7 +507,7 @@ OSCAR__PRIVATE oscar_status oscar__load_module(oscar_ctx *ctx, oscar__kernel *k,
         oscar__CUdeviceptr var = 0;
         size_t bytes = 0;
         unsigned long long v[2];
-        v[0] = ctx->trace_buffer, v[1] = OSCAR__CAST(unsigned long long, ctx->trace_cta_slots);
+        v[0] = ctx->trace_buffer, v[1] = OSCAR__CAST(unsigned long long, oscar__trace_cta_slots(ctx));
         r = ctx->cu.cuModuleGetGlobal(&var, &bytes, k->module, "oscar_trace");
         if (r == 0 && bytes == sizeof v)
             r = ctx->cu.cuMemcpyHtoD(var, v, sizeof v);

@@ -199,12 +199,16 @@ struct oscar_ctx {
     struct oscar__tune_state *tune; /* tuning tables (tune/oscar_tune.h); NULL for the CPU backend */
     /* kernel trace (desc.trace_records > 0): every compile adds -DOSCAR_TRACE=1;
        on a device, a buffer of OSCAR_K_TRACE_HEADER_BYTES + record slots
-       (trace_cta_slots CTAs of each kernel kind x marks) that each loaded
-       module's oscar_trace constant names (src/oscar_trace.h) */
-    int32_t trace_records;
-    int64_t trace_cta_slots;
+       (oscar__trace_cta_slots CTAs of each kernel kind x marks) that each
+       loaded module's oscar_trace constant names (src/oscar_trace.h) */
     oscar__CUdeviceptr trace_buffer;
 };
+
+/* The kernel trace's record slots per kind of kernel: desc.trace_records
+   shared by the kinds and their marks (src/oscar_trace.h). */
+OSCAR__PRIVATE int64_t oscar__trace_cta_slots(const oscar_ctx *ctx) {
+    return ctx->desc.trace_records / (OSCAR_K_TRACE_KERNELS * OSCAR_K_TRACE_MARKS);
+}
 
 /* ---- allocation ---------------------------------------------------------- */
 OSCAR__PRIVATE void *oscar__alloc(const oscar_ctx *ctx, size_t n) {

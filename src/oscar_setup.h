@@ -161,7 +161,6 @@ OSCAR_API oscar_status oscar_setup(const oscar_desc *desc, oscar_ctx **out_ctx) 
     ctx->desc.tune_table_path = NULL; /* read from desc by oscar__tune_setup */
     ctx->backend = ctx->desc.backend;
     ctx->device_ordinal = -1;
-    ctx->trace_records = desc->trace_records;
     pthread_mutex_init(&ctx->lock, NULL);
 
     if (ctx->backend == OSCAR_BACKEND_CPU) {

@@ -11,7 +11,7 @@
 
    Buffer layout (OSCAR_K_TRACE_* in oscar_kernels/oscar_params.h): a 16-byte
    header {u32 marks dropped, 12 bytes unused}, then a 16-byte record slot per
-   (kernel kind, CTA < trace_cta_slots, mark), laid out as oscar_trace_record;
+   (kernel kind, CTA < oscar__trace_cta_slots, mark), laid out as oscar_trace_record;
    a slot with time 0 holds no mark. Fixed slots instead of an appended list:
    the device then needs no returning atomic (common.cuh, trace_mark). */
 #ifndef OSCAR_TRACE_H_INCLUDED
@@ -37,7 +37,7 @@ OSCAR_PARAMS_STATIC_ASSERT(OSCAR_TRACE_MIN_RECORDS == OSCAR_K_TRACE_KERNELS * OS
                            "one slot per kernel kind and mark");
 
 OSCAR__PRIVATE size_t oscar__trace_slot_count(const oscar_ctx *ctx) {
-    return OSCAR__CAST(size_t, ctx->trace_cta_slots) * OSCAR_K_TRACE_KERNELS * OSCAR_K_TRACE_MARKS;
+    return OSCAR__CAST(size_t, oscar__trace_cta_slots(ctx)) * OSCAR_K_TRACE_KERNELS * OSCAR_K_TRACE_MARKS;
 }
 OSCAR__PRIVATE size_t oscar__trace_bytes(const oscar_ctx *ctx) {
     return OSCAR_K_TRACE_HEADER_BYTES + oscar__trace_slot_count(ctx) * OSCAR_K_TRACE_RECORD_BYTES;
@@ -47,8 +47,7 @@ OSCAR__PRIVATE size_t oscar__trace_bytes(const oscar_ctx *ctx) {
    Nothing to do without a trace or a device. */
 OSCAR__PRIVATE oscar_status oscar__trace_setup(oscar_ctx *ctx) {
     oscar__CUresult r;
-    ctx->trace_cta_slots = ctx->trace_records / OSCAR_TRACE_MIN_RECORDS;
-    if (ctx->trace_records <= 0 || ctx->compile_only) return OSCAR_OK;
+    if (ctx->desc.trace_records <= 0 || ctx->compile_only) return OSCAR_OK;
     /* failures are oscar_setup's: reported without a context */
     r = ctx->cu.cuCtxPushCurrent(ctx->cuctx);
     if (r != 0) return oscar__cu_fail_as(&ctx->cu, NULL, r, "oscar_setup: cuCtxPushCurrent");
@@ -72,7 +71,7 @@ OSCAR__PRIVATE oscar_status oscar__trace_check(oscar_ctx *ctx, const char *fn) {
         return oscar__fail(ctx, OSCAR_STATUS_INVALID_ARGUMENT,
                            "%s: this context has no kernel trace (desc.trace_records = %d; it needs > 0 and a device, "
                            "not the CPU backend or a compile-only context)",
-                           fn, ctx->trace_records);
+                           fn, ctx->desc.trace_records);
     return OSCAR_OK;
 }
 

@@ -19,17 +19,20 @@ static oscar_ctx *ctx_for(const char *dir, int sm, oscar_jit_cache_mode mode) {
     return ctx;
 }
 
-/* index of the instantiation "oscar::dequant_kernel<128, 128, 16>" */
-static int32_t dequant_index(void) {
+/* index of an instantiation by its exact name expression */
+static int32_t instantiation_index(const char *name_expr) {
     int32_t i, n = oscar_jit_instantiation_count();
     for (i = 0; i < n; i++) {
         const char *prog = NULL, *name = NULL;
         oscar_jit_instantiation(i, &prog, &name);
-        if (strcmp(name, "oscar::dequant_kernel<128, 128, 16>") == 0) return i;
+        if (strcmp(name, name_expr) == 0) return i;
     }
-    cr_assert_fail("instantiation not registered");
+    cr_assert_fail("instantiation %s not registered", name_expr);
     return -1;
 }
+
+/* index of the instantiation "oscar::dequant_kernel<128, 128, 16>" */
+static int32_t dequant_index(void) { return instantiation_index("oscar::dequant_kernel<128, 128, 16>"); }
 
 /* Counts files in dir whose name contains `part`; returns the last match. */
 static int count_files(const char *dir, const char *part, char *last, size_t cap) {
@@ -257,18 +260,6 @@ Test(jit_cache, compile_error_returns_the_log) {
     cr_assert(strstr(oscar_jit_log(ctx), "head dim") != NULL, "full log kept: %s", oscar_jit_log(ctx));
     cr_assert(strstr(msg, "head dim") != NULL, "log in the sentence: %s", msg);
     oscar_shutdown(ctx);
-}
-
-/* index of an instantiation by its exact name expression */
-static int32_t instantiation_index(const char *name_expr) {
-    int32_t i, n = oscar_jit_instantiation_count();
-    for (i = 0; i < n; i++) {
-        const char *prog = NULL, *name = NULL;
-        oscar_jit_instantiation(i, &prog, &name);
-        if (strcmp(name, name_expr) == 0) return i;
-    }
-    cr_assert_fail("instantiation %s not registered", name_expr);
-    return -1;
 }
 
 /* 1 when the file holds the bytes of s (a symbol name in a cached cubin) */

@@ -59,7 +59,6 @@ static inline void tu_permutation(tu_rng *r, int64_t *out, int64_t n) {
         cr_assert(tu_st == OSCAR_OK, "%s -> %s: %s", #call, oscar_status_string(tu_st), oscar_last_error(ctx));     \
     } while (0)
 
-/* Sets up a device context, or skips the test with the reason. */
 /* A context on device 0 (with a kernel trace of trace_records records when
    > 0), or the test skipped without one. */
 static inline oscar_ctx *tu_gpu_ctx_traced_or_skip(int32_t trace_records) {
