@@ -91,6 +91,11 @@
 
    Versions (H200, prefill 128K tokens x 8 heads x D 128, K and V, rotation
    + clip .96/.92; copy bandwidth 4.20-4.22 TB/s; bench/results/quantize.md):
+   v16 (session 32): the prepared R's copies a cp.async group of their own
+   after the first slot ids', so the first rows are issued while R is in
+   flight: demotion of 32 requests 32.7-32.9 -> 32.1-32.5 us, 256 requests
+   -0.4%, 1 request and the prefill unchanged (graph, three same-call rounds;
+   docs/quantize.md "Session 32").
    v15 (session 22): v14's rule as m <= D / 16, so K at .96 takes it at
    every head dim and V at .92 (D 64: m = 6) no longer does; at D 128 the
    same SASS as v14.
@@ -826,10 +831,19 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
     if (use_tab)
         for (int i = threadIdx.x; i < 128 * 3 / 4; i += WARPS * 32) cp_async16(smem_addr(q_tab) + 16 * i, q_tab_global + 4 * i, 16);
 
+    /* the first two steps' slot ids (with the table: one group) */
+    i64 step = static_cast<i64>(cta) * WARPS + warp;
+    fetch_slots(step, 0);
+    fetch_slots(step + stride, 1);
+    cp_async_commit();
+
     /* a prepared rotation (oscar_prepare_rotation): its header and this path's
-       layout of R, copied straight into place with the first slot ids (one
-       round trip, no f32 loads, no conversion); a header for another head
-       dim, dtype or layout version leaves R to the f32 staging below */
+       layout of R, copied straight into place (no f32 loads, no conversion); a
+       header for another head dim, dtype or layout version leaves R to the f32
+       staging below. s32: a group of its own after the slot ids', so the
+       first rows are issued as soon as their slot ids are in, while R is
+       still on its way (one wait for both before: the rows' round trip
+       started only after R's 32 KB had landed) */
     const u64 rot_prep = rot ? (side ? L.rot_v_prepared : L.rot_k_prepared) : 0;
     __shared__ __align__(16) u32 q_prep_hdr[OSCAR_K_ROT_PREP_HEADER / 4];
     if (rot_prep) {
@@ -840,12 +854,11 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
             cp_async16(smem_addr(q_prep_hdr) + 16 * threadIdx.x, img + 16 * threadIdx.x, 16);
         for (int i = threadIdx.x; i < BYTES / 16; i += WARPS * 32) cp_async16(smem_addr(rsm) + 16 * i, half + 16 * i, 16);
     }
-
-    i64 step = static_cast<i64>(cta) * WARPS + warp;
-    fetch_slots(step, 0);
-    fetch_slots(step + stride, 1);
     cp_async_commit();
-    cp_async_wait<0>();
+    cp_async_wait<1>(); /* this lane's slot ids (R may still be in flight) */
+    if (step < steps) issue(src_off_of(step, 0));
+    cp_async_commit();
+    cp_async_wait<1>(); /* R's image and the table (the rows may still be in flight) */
     bool prep_ok = false;
     if (rot_prep) { /* uniform over the CTA */
         if constexpr (WG) q_fence_proxy_async(); /* cp.async -> wgmma's reads, after the barriers below */
@@ -853,8 +866,6 @@ __global__ void __launch_bounds__(WARPS * 32, HEAD_DIM == 256 || WARPS > 8 ? 1 :
         prep_ok = q_prep_hdr[0] == OSCAR_K_ROT_PREP_MAGIC && q_prep_hdr[1] == OSCAR_K_ROT_PREP_VERSION &&
                   q_prep_hdr[2] == static_cast<u32>(D) && q_prep_hdr[3] == static_cast<u32>(SRC_DTYPE);
     }
-    if (step < steps) issue(src_off_of(step, 0));
-    cp_async_commit();
 
     /* R (f32, global) -> bf16/f16 in shared memory, once per CTA, after the
        first rows are on their way; eight chunks' loads are issued before any
