@@ -620,7 +620,7 @@ typedef struct oscar_page_table {
                             serves, 1 .. 16 / (num_q_heads / num_kv_heads)
        int2_warps           0: chosen (or the tuning table); else forced: warps per INT2
                             CTA, 4, 12 or 16 (one CTA per SM -- 16: ratio <= 4, head_dim <=
-                            128; 12: ratio 5-8, head_dim 64, or 128 with group_size 128; and
+                            128; 12: ratio 5-8, head_dim 64, or 128 with group_size >= 64; and
                             the shared memory must fit; else OSCAR_STATUS_UNSUPPORTED). The
                             plan takes 16 or 12 for batches of long contexts that one wave
                             of them fills (docs/decode.md)

@@ -123,14 +123,14 @@ OSCAR__PRIVATE uint32_t oscar__decode_int2_smem(int head_dim, int group_size, in
 /* Whether the INT2 kernel exists with `warps` per CTA for this geometry and
    fits smem_limit bytes of shared memory: 4 always; the one-CTA-per-SM form
    (decode_int2_kernel's static_assert) at head dim 64 or 128: 16 warps with
-   4 heads per lane group (ratio <= 4), 12 with 8 (ratio 5-8; at D 128 only
-   with group 128: groups take the registers past 168), within the limit (16
-   warps at D 128 group 32 need 256 KB: never on sm_90). */
+   4 heads per lane group (ratio <= 4), 12 with 8 (ratio 5-8; at D 128 with
+   groups of 64 or 128: groups of 32 take the registers past 168), within the
+   limit (16 warps at D 128 group 32 need 256 KB: never on sm_90). */
 OSCAR__PRIVATE int oscar__decode_int2_warps_exist(int head_dim, int group_size, int group_ratio, int warps,
                                                   int64_t smem_limit) {
     if (warps == OSCAR__DECODE_WARPS) return 1;
     if (warps == 0 || warps != oscar__decode_int2_wide(group_ratio) || head_dim > 128) return 0;
-    if (warps == OSCAR__DECODE_INT2_WIDE8 && head_dim == 128 && group_size != 128) return 0;
+    if (warps == OSCAR__DECODE_INT2_WIDE8 && head_dim == 128 && group_size < 64) return 0;
     return oscar__decode_int2_smem(head_dim, group_size, group_ratio, warps) <= smem_limit;
 }
 /* The window kernel: head tiles from the group ratio, the cache's dtype, warps per CTA (2 or 4) */

@@ -841,9 +841,10 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
     constexpr int NHC = HEADS > 8 ? 2 : 1;   /* 8-head tiles of the CTA combine */
     constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KSI = D / 32, MT = D / 16;
     /* one CTA per SM (oscar__decode_int2_wide): 16 warps at 4 heads, 12 at 8
-       where 168 registers a thread hold the kernel (not D 128 with groups) */
+       where 168 registers a thread hold the kernel (not D 128 with groups of
+       32; groups of 64 fit since v20's three digits) */
     static_assert(WARPS == 4 || (WARPS == 16 && HEADS == 4 && HEAD_DIM <= 128) ||
-                      (WARPS == 12 && HEADS == 8 && (HEAD_DIM == 64 || (HEAD_DIM == 128 && GROUP_SIZE == 128))),
+                      (WARPS == 12 && HEADS == 8 && (HEAD_DIM == 64 || (HEAD_DIM == 128 && GROUP_SIZE >= 64))),
                   "warps per INT2 CTA");
     constexpr int TOK = 32, STAGES = 4, SC = 8 * G; /* scale bytes reserved per token and side */
     constexpr int CODE_BYTES = TOK * Q4, STAGE_BYTES = 2 * CODE_BYTES + 2 * TOK * SC;

@@ -310,7 +310,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
                            "head_dim <= 128 (have %d)%s and %u bytes of shared memory per block (this device allows %lld)",
                            desc->int2_warps, desc->int2_warps == OSCAR__DECODE_INT2_WIDE ? "at most 4" : "5 to 8", ratio,
                            pool.head_dim,
-                           desc->int2_warps == OSCAR__DECODE_INT2_WIDE8 ? ", group_size 128 at head_dim 128" : "",
+                           desc->int2_warps == OSCAR__DECODE_INT2_WIDE8 ? ", group_size >= 64 at head_dim 128" : "",
                            oscar__decode_int2_smem(pool.head_dim, pool.group_size, ratio, desc->int2_warps),
                            OSCAR__CAST(long long, oscar__ctx_smem_limit(ctx)));
 

@@ -610,6 +610,8 @@ static const gpu_class decode_classes[] = {
     {"D128 G128 P16 r3 (9/3 heads)", 128, 128, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
     {"D128 G128 P5 r6 (12/2 heads) f32", 128, 128, 5, 6, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
     {"D128 G64 P16 r2 f16", 128, 64, 16, 2, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G64 P16 r7 (14/2 heads) f16", 128, 64, 16, 7, 2, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    {"D128 G64 P1 r5 (10/2 heads) f32 absorbed", 128, 64, 1, 5, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
     {"D64 G64 P16 r3 f16", 64, 64, 16, 3, 3, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
     {"D64 G32 P1 r8 f32", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
     {"D64 G32 P1 r4 f32", 64, 32, 1, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 0, 0},
@@ -755,7 +757,8 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
 /* One-CTA-per-SM INT2 CTAs, forced, on every class that has them: 16 warps
    (v18; ratio <= 4, head dim <= 128, the stages within the device's shared
    memory: 7 of decode_classes on the H200) and 12 warps (session 27; ratio
-   5-8 at D 64, or D 128 with group 128: 2 of them): the batch mixes lengths
+   5-8 at D 64, or D 128 with group 128 or, since session 33, 64: 4 of them):
+   the batch mixes lengths
    that leave most of a CTA's warps without a tile (empty, 1, 3, 777 tokens)
    with long ones, at the plan's one-wave split count and at 1, 3 and 17
    splits, workspace and outputs poisoned before each run. The plan's own
