@@ -758,11 +758,11 @@ Test(decode_gpu, split_count_invariance, .timeout = 600) {
    (v18; ratio <= 4, head dim <= 128, the stages within the device's shared
    memory: 7 of decode_classes on the H200) and 12 warps (session 27; ratio
    5-8 at D 64, or D 128 with group 128 or, since session 33, 64: 4 of them):
-   the batch mixes lengths
-   that leave most of a CTA's warps without a tile (empty, 1, 3, 777 tokens)
-   with long ones, at the plan's one-wave split count and at 1, 3 and 17
-   splits, workspace and outputs poisoned before each run. The plan's own
-   choice of 16 warps runs in large_batch_and_long_context. */
+   the batch mixes lengths that leave most of a CTA's warps without a tile
+   (empty, 1, 3, 777 tokens) with long ones, at the plan's one-wave split
+   count and at 1, 3 and 17 splits, workspace and outputs poisoned before
+   each run. The plan's own choice of 16 warps runs in
+   large_batch_and_long_context. */
 Test(decode_gpu, int2_warps_wide_every_class, .timeout = 1200) {
     oscar_ctx *gpu = tu_gpu_ctx_or_skip();
     tu_rng r = tu_seed();
