@@ -37,6 +37,8 @@
            table loads) and, with --table, how many of that table's entries are
            current and how many stale. Needs no GPU. Exit status 3: the table has
            stale entries; 1: it cannot be read or parsed.
+   With OSCAR_TUNE_VERBOSE set it logs to stderr every candidate's median
+   (`candidate int2_splits=.. ...: T us (IQR I)`) and every rejection.
    Without a GPU it says so and exits 0. Exit status 1: a tuning call failed;
    2: bad arguments. */
 #define OSCAR_IMPLEMENTATION

@@ -1576,6 +1576,9 @@ OSCAR__PRIVATE oscar_status oscar__tune_search(oscar_ctx *ctx, oscar__tune_run_f
     for (c = 0; c < nok; c++) {
         double med, iqr;
         oscar__tune_stats(samples + c * reps, reps, &med, &iqr);
+        /* every candidate's median, for OSCAR_TUNE_VERBOSE (how a heuristic's
+           choice compares with its neighbours, not just with the winner) */
+        oscar__info(ctx, "oscar_tune: candidate %s: %.3f us (IQR %.3f)", labels[ok[c]], med, iqr);
         if (c == 0 || med < best_med) best_med = med, best = ok[c];
     }
     /* the winner against the default, interleaved, twice the repeats */
