@@ -84,16 +84,21 @@ OSCAR__PRIVATE int oscar__decode_merge_per_head(const oscar_ctx *ctx, const osca
     return OSCAR__CAST(int64_t, pl->batch_size) * pl->num_q_heads <= oscar__decode_sms(ctx);
 }
 /* Requests per prep and per-KV-head merge CTA, the heuristic: one while
-   batch x KV heads CTAs fit two per SM (their latency chains then run side
-   by side), else enough for that (R_k, R_v read once for them; measured on
-   the H200 at 128 x 4K: prep 24.5 -> 18.5, merge 49.8 -> 44.8 us alone with
-   4), at most 16 rows. Not best everywhere, and no group-count rule is
-   (session 16: 2 at 32 x 8K and 32 x 32K -4.5% / -1.8%, at 8 x 32K and
-   16 x 32K +3-4%): it is a tuned parameter, and the shipped H200 table keeps
-   2 at 32 x 8K, 32 x 32K and D 64 8 x 32K (session 17). */
+   batch x KV heads CTAs fit one per SM at ratio <= 4, two per SM above
+   (their latency chains then run side by side), else enough for that (R_k,
+   R_v read once for them; measured on the H200 at 128 x 4K: prep 24.5 ->
+   18.5, merge 49.8 -> 44.8 us alone with 4), at most 16 rows. Not best
+   everywhere, and no group-count rule is (session 16: 2 at 32 x 8K and
+   32 x 32K -4.5% / -1.8%, at 8 x 32K and 16 x 32K +3-4%): it is a tuned
+   parameter. Until session 35 the rule was two per SM everywhere;
+   oscar_tune's candidate curves (bench/results/logs/session35_h200.txt)
+   moved it at ratio 4: batch 32 (8 groups per SM) ran 2-6% faster with 2
+   requests than with 1 at 4K-8K, batch 24 level; at ratio 8, whose CTAs
+   carry twice the rows, batch 24 ran 1-7% slower with 2 and batch 32 at
+   most 2% faster, so it keeps two per SM. */
 OSCAR__PRIVATE int oscar__decode_requests_heuristic(const oscar_ctx *ctx, const oscar_decode_plan_info *pl) {
-    const int64_t slots = 2 * oscar__decode_sms(ctx);
     const int64_t ratio = pl->num_q_heads / pl->num_kv_heads;
+    const int64_t slots = (ratio > 4 ? 2 : 1) * OSCAR__CAST(int64_t, oscar__decode_sms(ctx));
     const int64_t want = (OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads + slots - 1) / slots;
     return OSCAR__CAST(int, OSCAR__MAX(1, OSCAR__MIN(want, OSCAR_K_PREP_ROWS / ratio)));
 }
@@ -165,18 +170,41 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
 
 /* The INT2 split count. Where one wave of the INT2 kernel holds them (small
    batches), s = 1.565 (L / 1024)^0.8 splits of L tokens: about 1000 tokens
-   per split at 8K, 1300 at 32K, 1500 at 64K. Otherwise (and where that count
-   would not fit in one wave) the wave model: the least waves x (tokens per
-   split + 128 for a CTA's fixed costs) + 32 per split.
-   Session 24 measured batch 1-4 on the H200 (graph replay, bench/results/logs/
-   session24_h200.txt sections 3-8), where the wave model's per-split term alone
-   had decided: 32 per split picked too many splits at 1 x 32K (32: 21.2 us
-   against 24: 20.4), 2 x 8K and 4 x 8K (16: 30.3 us against 8: 24.2); 56 per
-   split fixed those but took 1 x 64K to 34 splits (27.5 us against 45: 26.0).
-   Both are a square-root law in L; the fastest counts measured grow nearly in
-   proportion to L (8 at 8K, 24 at 32K, 45 at 64K). Larger batches keep the
-   wave model's counts, and the shipped table overrides both where it has the
-   shape. */
+   per split at 8K, 1300 at 32K, 1500 at 64K. Session 24 measured batch 1-4
+   on the H200 (graph replay, bench/results/logs/session24_h200.txt sections
+   3-8): the fastest counts grow nearly in proportion to L (8 at 8K, 24 at
+   32K, 45 at 64K), which no per-split cost term reproduced.
+   Otherwise (and where that count would not fit in one wave) the bandwidth
+   model, oscar__decode_split_cost: the least estimated time over 1..cap.
+   It replaced (session 34) a model that counted whole waves, waves x (tokens
+   per split + 128) + 32 per split: that one charged a partly filled last
+   wave as a full one, so it split to round the wave count off (3 splits at
+   ratio 8 32 x 8K, 5 at 128 x 16K) where the GPU, bandwidth-bound, gains
+   nothing from the rounding and pays each split's fixed costs. The shipped
+   table overrides both where it has the shape. */
+/* The estimated time, in token-times of one CTA streaming alone, of s INT2
+   splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
+   at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
+   + 16 x heads: the fixed costs of q's fragments, the pipeline's fill, the
+   combine of `heads` rows) where a <= half the slots (latency-bound: the
+   CTAs do not share enough bandwidth to slow each other) and proportionally
+   longer beyond (bandwidth-bound); plus a quarter of one CTA's time for the
+   spread of CTA speeds under shared bandwidth (the last CTA ends late by a
+   part of its own length, so long splits cost more than the wave count
+   says). Constants fitted to oscar_tune's candidate curves on the H200
+   (session 34: 210 shapes of batch 1-256 x 4K-128K at ratio 4, 8, 16 with D
+   128 and at D 64 and 256; bench/results/logs/session34_h200.txt). */
+OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int heads, int64_t L, int64_t s) {
+    const double cta = OSCAR__CAST(double, (L + s - 1) / s) + 512.0 + 16.0 * heads, half = 0.5 * OSCAR__CAST(double, slots);
+    double t = 0.25 * cta;
+    int64_t left = base * s;
+    while (left > 0) {
+        const int64_t a = OSCAR__MIN(slots, left);
+        t += cta * OSCAR__MAX(1.0, OSCAR__CAST(double, a) / half);
+        left -= a;
+    }
+    return t;
+}
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
@@ -186,9 +214,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
     if (base * s <= slots) return OSCAR__CAST(int32_t, s);
     for (s = 1; s <= cap; s++) {
-        const int64_t waves = (base * s + slots - 1) / slots;
-        const double cost = OSCAR__CAST(double, waves) * OSCAR__CAST(double, (L + s - 1) / s + 128) +
-                            OSCAR__CAST(double, 32 * s);
+        const double cost = oscar__decode_split_cost(base, slots, oscar__int2_heads(ratio), L, s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
@@ -247,6 +273,26 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
         return OSCAR__DECODE_WARPS;
     *splits = OSCAR__CAST(int32_t, s);
     return wide;
+}
+
+/* Window splits that keep a window CTA no longer than an INT2 CTA (4
+   warps): the window tier's bytes per request and KV head (max_win tokens of
+   bf16 K and V, 4 D bytes a token) over 0.7 x one INT2 split's (tokens x
+   (D / 2 code bytes + K and V scales of D / group groups)), rounded up; at
+   least 1. A window split costs a CTA's fixed work and a partial state the
+   merge reads, which only pays where the window CTAs would otherwise end
+   after the INT2 grid. At 320 window tokens and D 128 that is 2 splits below
+   about 1600 INT2 tokens per split, else 1. Fitted on the H200 (session 34,
+   oscar_tune's candidate curves; bench/results/logs/session34_h200.txt): 1
+   where the plan took 2 ran 3-17% faster at batch >= 8 (ratio 8 8 x 4K
+   -17%, ratio 16 64 x 4K -12%, ratio 4 32 x 8K -5%), and 2 where the INT2
+   splits are short stayed (D 64 4 x 8K: 1 split would be +11%). */
+OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win) {
+    const double scale = pl->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO ? 8.0 : 4.0;
+    const double int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
+    const double per_split = OSCAR__CAST(double, (L + pl->int2_splits - 1) / pl->int2_splits);
+    const double want = 0.7 * OSCAR__CAST(double, max_win) * 4.0 * pl->head_dim / int2_bytes / per_split;
+    return OSCAR__MAX(1, OSCAR__CAST(int64_t, ceil(want)));
 }
 
 OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
@@ -350,16 +396,20 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
        window CTAs share the few SMs the INT2 grid leaves, so fewer of them
        end sooner: 2 x 64K 42.3 -> 37.5 us, 4 x 64K 63.2 -> 55.7, 8 x 64K
        102.6 -> 96.4; equal from 128K up; session 27), else about four CTAs
-       per SM in all, each taking at least 256 tokens */
+       per SM in all, each taking at least 256 tokens, and beside 4-warp INT2
+       CTAs no more than oscar__decode_window_balance allows */
     if (!pl.has_window)
         pl.window_splits = 0;
     else if (desc->window_splits)
         pl.window_splits = desc->window_splits;
     else if (pl.int2_warps > OSCAR__DECODE_WARPS && desc->int2_warps == 0 && pl.int2_splits > 0)
         pl.window_splits = 1;
-    else
-        pl.window_splits = OSCAR__CAST(int32_t, OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128),
-                                                                         (max_win + 255) / 256)));
+    else {
+        int64_t w = OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128), (max_win + 255) / 256));
+        if (pl.int2_warps == OSCAR__DECODE_WARPS && pl.int2_splits > 0)
+            w = OSCAR__MIN(w, oscar__decode_window_balance(&pl, desc->max_int2_tokens, max_win));
+        pl.window_splits = OSCAR__CAST(int32_t, w);
+    }
     pl.requests_per_cta = desc->requests_per_cta;
     /* >>tune hook (tune/oscar_tune.h): splits and requests per CTA the desc left at 0 come from the tuning table
        when it has this shape */

@@ -778,7 +778,7 @@ Test(tune, requests_per_cta_from_the_table_the_desc_or_the_heuristic, .timeout =
     pd.max_int2_tokens = 32448, pd.max_window_tokens = 320;
     TU_OK(bare, oscar_decode_plan(bare, &pd, &h));
     cr_assert_eq(h.requests_per_cta, oscar__decode_requests_heuristic(bare, &h), "no table: the heuristic");
-    cr_assert_eq(h.requests_per_cta, 1, "32 x 8 groups on 132 SMs: the heuristic takes 1");
+    cr_assert_eq(h.requests_per_cta, 2, "32 x 8 groups on 132 SMs: the heuristic takes 2 (one CTA per SM)");
     snprintf(text, sizeof text,
              "oscar-tune-table format=1\n%s"
              "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=32 context=32768 src=%s "
@@ -824,11 +824,12 @@ static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_to
     return plan;
 }
 
-/* The heuristic's INT2 split counts (session 24, measured on the H200): at
-   small batch, where one wave of the INT2 kernel holds them, 1.565 (L /
-   1024)^0.8 splits; otherwise the wave model. A compile-only sm_90 context
-   (4 CTAs per SM on 132 SMs: 528 slots), shapes the shipped table lacks. */
-Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600) {
+/* The heuristic's INT2 split counts (measured on the H200): at small batch,
+   where one wave of the INT2 kernel holds them, 1.565 (L / 1024)^0.8 splits
+   (session 24); otherwise the bandwidth model's least cost (session 34). A
+   compile-only sm_90 context (4 CTAs per SM on 132 SMs: 528 slots), shapes
+   the shipped table lacks. */
+Test(tune, int2_splits_heuristic_small_batch_rule_and_bandwidth_model, .timeout = 600) {
     static const struct {
         int batch;
         int64_t tokens;
@@ -837,8 +838,8 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         {1, 16064, 14},  /* 1 x 16K: the rule */
         {1, 65216, 43},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
         {4, 7872, 8},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
-        {4, 32448, 16},  /* 4 x 32K: the wave model */
-        {16, 32448, 4},  /* 16 x 32K: the wave model */
+        {4, 32448, 11},  /* 4 x 32K: the bandwidth model (the wave model's 16 filled 512 of 528 slots) */
+        {16, 32448, 7},  /* 16 x 32K: the bandwidth model (the wave model's 4: one full wave) */
         {64, 3776, 1},   /* 512 groups: one split */
     };
     oscar_ctx *bare = compile_only_ctx(NULL);
@@ -850,15 +851,16 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_wave_model, .timeout = 600
         cr_assert_eq(p.int2_warps, 4, "%d x %lld INT2 tokens: %d warps per INT2 CTA, expected 4", cases[i].batch,
                      (long long)cases[i].tokens, p.int2_warps);
     }
-    /* the 4-warp rule where the plan would take 16-warp CTAs: 2 x 128K in one
-       wave; 4 x 64K, where 76 would take two waves, so the wave model: one */
+    /* the 4-warp rule where the plan would take 16-warp CTAs: 2 x 128K and
+       4 x 64K, where the rule's 76 and 43 splits would take more than one
+       wave, so the bandwidth model */
     {
         oscar_decode_plan_info p;
         TU_OK(bare, plan_geometry(bare, 2, 130752, 0, 128, 128, 32, 4, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 33, "2 x 128K with 4 warps forced: %d warps, %d splits",
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 31, "2 x 128K with 4 warps forced: %d warps, %d splits",
                   p.int2_warps, p.int2_splits);
         TU_OK(bare, plan_geometry(bare, 4, 65216, 0, 128, 128, 32, 4, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 16, "4 x 64K with 4 warps forced: %d warps, %d splits",
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 15, "4 x 64K with 4 warps forced: %d warps, %d splits",
                   p.int2_warps, p.int2_splits);
     }
     oscar_shutdown(bare);
@@ -894,20 +896,20 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {1, 130752, 128, 64, 32, 16, 16, 1},  /* group 64: 192 KB of stages */
         {1, 97984, 128, 128, 32, 16, 16, 1},  /* 1 x 96K: 6124 tokens per split (34.8-35.2 -> 30.4-30.8) */
         {1, 65216, 128, 128, 32, 4, 43, 2},   /* 1 x 64K: 4K tokens per 16-warp split (25.8 against 25.2) */
-        {6, 65216, 128, 128, 32, 4, 11, 2},   /* 6 x 64K: 96 of 132 SMs (16 warps: 88.3 against 80.1) */
-        {12, 130752, 128, 128, 32, 4, 11, 2}, /* 12 x 128K: 96 of 132 SMs */
-        {32, 32448, 128, 128, 32, 4, 2, 2},   /* 256 groups: more than one wave of 16-warp CTAs */
-        {8, 32448, 128, 128, 32, 4, 8, 2},    /* 8 x 32K: window 20480 tokens > 16224 per split (65.6 against 60.4) */
-        {4, 32448, 128, 128, 32, 4, 16, 2},   /* 4 x 32K: 10240 > 8112 (45.4 against 43.4) */
+        {6, 65216, 128, 128, 32, 4, 11, 1},   /* 6 x 64K: 96 of 132 SMs (16 warps: 88.3 against 80.1) */
+        {12, 130752, 128, 128, 32, 4, 14, 1}, /* 12 x 128K: 96 of 132 SMs */
+        {32, 32448, 128, 128, 32, 4, 4, 1},   /* 256 groups: more than one wave of 16-warp CTAs */
+        {8, 32448, 128, 128, 32, 4, 8, 1},    /* 8 x 32K: window 20480 tokens > 16224 per split (65.6 against 60.4) */
+        {4, 32448, 128, 128, 32, 4, 11, 1},   /* 4 x 32K: 10240 > 8112 (45.4 against 43.4) */
         {1, 32448, 128, 128, 32, 4, 25, 2},   /* 1 x 32K: 2028 tokens per split (21.1 against 20.3) */
-        {1, 130752, 256, 256, 32, 4, 64, 2},  /* no 16-warp kernel at D 256 */
-        {1, 130752, 128, 32, 32, 4, 64, 2},   /* group 32 at D 128: 256 KB of stages */
+        {1, 130752, 256, 256, 32, 4, 43, 1},  /* no 16-warp kernel at D 256 */
+        {1, 130752, 128, 32, 32, 4, 43, 1},   /* group 32 at D 128: 256 KB of stages */
         {1, 130752, 128, 128, 64, 12, 16, 1}, /* ratio 8: 12 warps (47.3 -> 44.9 us, session 27) */
         {4, 130752, 128, 128, 64, 12, 4, 1},  /* ratio 8, 4 x 128K: 133.2 -> 128.5 */
         {16, 130752, 128, 128, 64, 12, 1, 1}, /* ratio 8, 16 x 128K: 461.2 -> 446.0 */
         {1, 130752, 64, 32, 64, 12, 16, 1},   /* ratio 8, D 64 group 32 */
         {1, 130752, 128, 64, 64, 12, 16, 1},  /* ratio 8, D 128 group 64: 12 warps (session 33: 49.9 -> 47.3 us) */
-        {1, 130752, 128, 128, 128, 4, 64, 2}, /* ratio 16: no one-CTA-per-SM kernel */
+        {1, 130752, 128, 128, 128, 4, 37, 1}, /* ratio 16: no one-CTA-per-SM kernel */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
@@ -934,7 +936,7 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     TU_OK(bare, plan_geometry(bare, 1, 32448, 5, 128, 128, 32, 16, &p));
     cr_assert(p.int2_warps == 16 && p.int2_splits == 5);
     TU_OK(bare, plan_geometry(bare, 1, 130752, 0, 128, 128, 32, 4, &p));
-    cr_assert(p.int2_warps == 4 && p.int2_splits == 64);
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 43);
     /* forced splits with automatic warps: 4 warps (the splits' meaning stays) */
     TU_OK(bare, plan_geometry(bare, 1, 130752, 16, 128, 128, 32, 0, &p));
     cr_assert(p.int2_warps == 4 && p.int2_splits == 16);
@@ -950,7 +952,7 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         win.num_pages = 64, win.page_size = 16;
         pd.num_q_heads = 32, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 4, pd.max_int2_tokens = 65216;
         TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 16 && p.window_splits == 2, "4 x 64K, window 512: %d x %d + %d",
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 15 && p.window_splits == 1, "4 x 64K, window 512: %d x %d + %d",
                   p.int2_warps, p.int2_splits, p.window_splits);
         pd.max_window_tokens = 320;
         TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
@@ -997,7 +999,7 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         d89.compile_only_sm = 89;
         cr_assert(oscar_setup(&d89, &c89) == OSCAR_OK, "%s", oscar_last_error(NULL));
         TU_OK(c89, plan_geometry(c89, 1, 130752, 0, 128, 128, 32, 0, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 64, "sm_89, D 128: %d x %d", p.int2_warps, p.int2_splits);
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 43, "sm_89, D 128: %d x %d", p.int2_warps, p.int2_splits);
         TU_OK(c89, plan_geometry(c89, 1, 130752, 0, 64, 64, 32, 0, &p));
         cr_assert(p.int2_warps == 16, "sm_89, D 64: %d warps", p.int2_warps);
         st = plan_geometry(c89, 1, 130752, 0, 128, 128, 32, 16, &p);
@@ -1026,7 +1028,7 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     cr_assert(p.int2_warps == 4 && p.int2_splits == 32, "table 32 splits, no warps: %d x %d", p.int2_warps, p.int2_splits);
     /* a forced warps count wins over the table (and its splits) */
     TU_OK(ctx, plan_geometry(ctx, 1, 130752, 0, 128, 128, 32, 4, &p));
-    cr_assert(p.int2_warps == 4 && p.int2_splits == 64);
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 43);
     oscar_shutdown(ctx);
     oscar_shutdown(bare);
 }
