@@ -179,7 +179,8 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    It replaced (session 34) a model that counted whole waves, waves x (tokens
    per split + 128) + 32 per split: that one charged a partly filled last
    wave as a full one, so it split to round the wave count off (3 splits at
-   ratio 8 32 x 8K, 5 at 128 x 16K) where the GPU, bandwidth-bound, gains
+   ratio 8 32 x 8K: 91.5 us, where the new model's 1 takes 84.3; ratio 16
+   48 x 48K: 11 splits 930 us, 2 833) where the GPU, bandwidth-bound, gains
    nothing from the rounding and pays each split's fixed costs. The shipped
    table overrides both where it has the shape. */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
@@ -191,9 +192,15 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    longer beyond (bandwidth-bound); plus a quarter of one CTA's time for the
    spread of CTA speeds under shared bandwidth (the last CTA ends late by a
    part of its own length, so long splits cost more than the wave count
-   says). Constants fitted to oscar_tune's candidate curves on the H200
-   (session 34: 210 shapes of batch 1-256 x 4K-128K at ratio 4, 8, 16 with D
-   128 and at D 64 and 256; bench/results/logs/session34_h200.txt). */
+   says). Constants fitted to oscar_tune's candidate curves on the H200 in
+   session 34 (210 shapes of batch 1-256 x 4K-128K at ratio 4, 8, 16 with D
+   128 and at D 64 and 256; those raw logs were lost with that session) and
+   checked in session 35 on held-out shapes against the whole-wave model
+   (bench/results/logs/session35_h200.txt): over the shapes whose plan
+   changed, new / old time 0.972 at ratio 4, 0.976 at 8, 0.941 at 16, 0.951
+   at D 256, 0.996 at D 64 (geometric means). It misses where fuller waves
+   win: ratio 8 6 x 24K (6 splits +10% against 8) and 12 x 48K (7 +10%
+   against 4), ratio 16 2 x 48K and 6 x 12K (+10-11%). */
 OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int heads, int64_t L, int64_t s) {
     const double cta = OSCAR__CAST(double, (L + s - 1) / s) + 512.0 + 16.0 * heads, half = 0.5 * OSCAR__CAST(double, slots);
     double t = 0.25 * cta;
@@ -282,11 +289,14 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    least 1. A window split costs a CTA's fixed work and a partial state the
    merge reads, which only pays where the window CTAs would otherwise end
    after the INT2 grid. At 320 window tokens and D 128 that is 2 splits below
-   about 1600 INT2 tokens per split, else 1. Fitted on the H200 (session 34,
-   oscar_tune's candidate curves; bench/results/logs/session34_h200.txt): 1
-   where the plan took 2 ran 3-17% faster at batch >= 8 (ratio 8 8 x 4K
-   -17%, ratio 16 64 x 4K -12%, ratio 4 32 x 8K -5%), and 2 where the INT2
-   splits are short stayed (D 64 4 x 8K: 1 split would be +11%). */
+   about 1600 INT2 tokens per split, else 1. Fitted on the H200 (session 34)
+   and measured again in session 35 (oscar_tune's candidate curves, the
+   fastest INT2 plan with 1 window split against 2; bench/results/logs/
+   session35_h200.txt): 1 ran faster at ratio 8 8 x 8K (-15%), 32 x 4K
+   (-10%), ratio 16 64 x 4K (-10%), ratio 4 6 x 12K (-8%), 32 x 8K (-3 to
+   -6%); 2 beside short INT2 splits (ratio 4 4 x 8K, 8 splits: +1-2% with
+   1; D 64 8 x 8K, 8 splits: +7-8%). Missed: D 64 12 x 12K (4 splits of
+   2992 tokens: 1 window split, +8% against 2). */
 OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win) {
     const double scale = pl->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO ? 8.0 : 4.0;
     const double int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
