@@ -215,13 +215,15 @@ OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int 
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
+    int heads;
     double best_cost = 0;
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
     if (base * s <= slots) return OSCAR__CAST(int32_t, s);
+    heads = oscar__int2_heads(ratio);
     for (s = 1; s <= cap; s++) {
-        const double cost = oscar__decode_split_cost(base, slots, oscar__int2_heads(ratio), L, s);
+        const double cost = oscar__decode_split_cost(base, slots, heads, L, s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
     }
     return OSCAR__CAST(int32_t, best);
@@ -298,7 +300,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    1; D 64 8 x 8K, 8 splits: +7-8%). Missed: D 64 12 x 12K (4 splits of
    2992 tokens: 1 window split, +8% against 2). */
 OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win) {
-    const double scale = pl->scale_layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO ? 8.0 : 4.0;
+    const double scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
     const double int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
     const double per_split = OSCAR__CAST(double, (L + pl->int2_splits - 1) / pl->int2_splits);
     const double want = 0.7 * OSCAR__CAST(double, max_win) * 4.0 * pl->head_dim / int2_bytes / per_split;
