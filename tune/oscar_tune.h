@@ -1651,6 +1651,38 @@ typedef struct oscar__tune_dec {
     int head_dim;
 } oscar__tune_dec;
 
+/* The plans of OSCAR_TUNE_DECODE_CANDIDATES ("I:W:R:V,..."), appended to
+   w's candidates after the default (*nc); returns 0 when the variable is
+   unset (the grid then runs), 1 when it was used. A malformed entry or one
+   the plan refuses ends the list with a message; nothing else changes. */
+OSCAR__PRIVATE int oscar__tune_env_candidates(oscar_ctx *ctx, oscar_decode_plan_desc *pd, int64_t L, oscar__tune_dec *w,
+                                              int *nc, oscar_status *st) {
+    const char *env = getenv("OSCAR_TUNE_DECODE_CANDIDATES"), *s = env;
+    if (!env || !*env) return 0;
+    while (*s && *nc < OSCAR__TUNE_DEC_MAX_CAND) {
+        int i = 0, wn = 0, r = 0, v = 0, used = 0;
+        oscar_decode_plan_desc one = *pd;
+        if (sscanf(s, "%d:%d:%d:%d%n", &i, &wn, &r, &v, &used) != 4 || used <= 0) {
+            oscar__info(ctx, "oscar_tune: OSCAR_TUNE_DECODE_CANDIDATES: cannot read \"%s\" (want I:W:R:V,...)", s);
+            break;
+        }
+        s += used;
+        if (*s == ',') s++;
+        one.int2_splits = L > 0 ? i : 0, one.window_splits = wn, one.requests_per_cta = r;
+        one.int2_warps = L > 0 ? v : 0;
+        if (oscar_decode_plan(ctx, &one, &w->plans[*nc]) != OSCAR_OK) {
+            oscar__info(ctx, "oscar_tune: OSCAR_TUNE_DECODE_CANDIDATES: %d:%d:%d:%d refused by the plan", i, wn, r, v);
+            oscar__clear_error(ctx);
+            continue;
+        }
+        w->int2[*nc] = w->plans[*nc].int2_splits, w->win[*nc] = w->plans[*nc].window_splits;
+        w->req[*nc] = w->plans[*nc].requests_per_cta, w->warps[*nc] = w->plans[*nc].int2_warps;
+        (*nc)++;
+    }
+    *st = OSCAR_OK;
+    return 1;
+}
+
 OSCAR__PRIVATE oscar_status oscar__tune_dec_run(oscar_ctx *ctx, void *user, int c, int set) {
     oscar__tune_dec *d = OSCAR__CAST(oscar__tune_dec *, user);
     oscar_int2_pool_desc pool = d->pool;
@@ -1847,6 +1879,10 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                 ncr = r + 1;
                 break;
             }
+        /* OSCAR_TUNE_DECODE_CANDIDATES="I:W:R:V,...": exactly these plans beside the default (INT2 splits,
+           window splits, requests per CTA, INT2 warps), no grid -- for A/B runs of plan heuristics, where
+           both builds' choices must be timed in one process, taking turns (docs/tuning.md) */
+        if (oscar__tune_env_candidates(ctx, &pd, L, w, &nc, &st)) ncv = 0;
         /* st ends every loop: a failed plan must not be overwritten by the next candidate's */
         for (wv = 0; wv < ncv && st == OSCAR_OK; wv++)
             for (r = 0; r < ncr && st == OSCAR_OK; r++)
