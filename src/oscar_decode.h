@@ -240,6 +240,39 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const osca
     return oscar__decode_int2_wide_splits_in(oscar__decode_int2_slots(ctx, pl, ratio, oscar__decode_int2_wide(ratio)),
                                              base, L);
 }
+/* The split count of 16-warp INT2 CTAs on at most three quarters of the
+   SMs (`slots` one-per-SM places), or 0 (session 36): where the full-wave
+   rule above declines, at 4 query heads per KV head or fewer, at head dim 64
+   for any batch and at head dim 128 for at most 8 groups (batch x KV heads),
+   as many splits as fit on 3/4 of the slots while each keeps 1536 to 12288
+   tokens. The window tier then runs on the SMs left free beside them (its
+   split count by the general rule, oscar_decode_plan). At D 64 a 4-warp CTA
+   is bound by its per-token work (softmax, scales, the logits' assembly) on
+   half the bytes of D 128, so the CTAs that keep an SM busy are wide ones,
+   and the window CTAs finish beside them instead of after them. Fitted on
+   session 35's candidate curves (bench/results/logs/session35_tune_curves.txt:
+   D 64 4 x 8K wide 2 splits -11% against the best 4-warp plan, 6 x 12K -11%,
+   8 x 4K -8%; splits of 24K tokens or more lose: 6 x 48K +2%, 12 x 24K +5%, 8 x
+   32K with one split +28%) and checked on held-out shapes against the
+   previous heuristic, both plans timed in one process (scripts/
+   ab_decode_plans.sh; bench/results/logs/session36_h200.txt), new / old,
+   geometric means: D 64 batch 2-10 0.86 (32 / 8 heads, 14 shapes; 2 x 20K
+   23.5 -> 17.0 us, 3 x 10K 23.5 -> 18.1), 16 / 8 heads 0.85 (6), 16 / 4 heads
+   0.81 (5); D 64 batch 1 0.90 (9 shapes; 1 x 48K 26.7 -> 17.1 us), 16 / 4 heads
+   batch 1-2 0.99 (4); D 128 at
+   <= 8 groups 0.96 (11 shapes at batch 1, -12% to +2%; 16 / 4 heads at batch
+   1-2 0.95). Not at D 128 from 16 groups up: 32 / 8 heads batch 2-12, 16
+   shapes, +3% (2 x 5K-20K +4-6%, 7 x 10K +25%). */
+OSCAR__PRIVATE int64_t oscar__decode_int2_wide_partial(const oscar_decode_plan_info *pl, int64_t slots, int64_t base,
+                                                       int64_t L) {
+    int64_t s = 3 * slots / 4 / OSCAR__MAX(base, 1);
+    if (oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads) != 4 || s < 1 ||
+        !(pl->head_dim == 64 || (pl->head_dim == 128 && base <= 8)))
+        return 0;
+    s = OSCAR__MIN(s, 128);
+    while (s > 1 && L < 1536 * s) s--;
+    return L >= 1536 * s && L <= 12288 * s ? s : 0;
+}
 /* Warps per INT2 CTA, and with the one-CTA-per-SM form (16 warps at ratio
    <= 4, 12 at 5-8: oscar__decode_int2_wide) its split count (*splits). That
    form where its kernel exists for the geometry (oscar__decode_int2_warps_exist)
@@ -278,8 +311,10 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
         return OSCAR__DECODE_WARPS;
     slots = oscar__decode_int2_slots(ctx, pl, ratio, wide); /* one occupancy probe for both uses */
     s = oscar__decode_int2_wide_splits_in(slots, base, L);
-    if (base > slots || 10 * base * s < 9 * slots || L < 5120 * s || (pl->has_window && base * max_win * s > L))
-        return OSCAR__DECODE_WARPS;
+    if (base > slots || 10 * base * s < 9 * slots || L < 5120 * s || (pl->has_window && base * max_win * s > L)) {
+        s = oscar__decode_int2_wide_partial(pl, slots, base, L);
+        if (s == 0) return OSCAR__DECODE_WARPS;
+    }
     *splits = OSCAR__CAST(int32_t, s);
     return wide;
 }
@@ -298,12 +333,28 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    (-10%), ratio 16 64 x 4K (-10%), ratio 4 6 x 12K (-8%), 32 x 8K (-3 to
    -6%); 2 beside short INT2 splits (ratio 4 4 x 8K, 8 splits: +1-2% with
    1; D 64 8 x 8K, 8 splits: +7-8%). Missed: D 64 12 x 12K (4 splits of
-   2992 tokens: 1 window split, +8% against 2). */
-OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win) {
+   2992 tokens: 1 window split, +8% against 2).
+   At 8 query heads per INT2 CTA (ratio 5-8) and D 128, 1 wherever the INT2
+   grid has at least one CTA per SM (session 36). From session 35's curves,
+   each INT2 split count against itself, 1 window split against 2: 8 x 4K
+   (256 INT2 CTAs) -17%, 4 x 8K -16%, 8 x 8K -15%, 2 x 12K and 2 x 24K -9 to
+   -10%: the 8-head window CTA costs more per token than the 4-head one, and
+   the INT2 grid, 3 CTAs per SM, leaves less room beside it. Held out (scripts/
+   ab_decode_plans.sh, bench/results/logs/session36_h200.txt), new / old:
+   64 / 8 heads 0.94 (7 x 5K 37.0 -> 29.9 us, 2 x 20K 35.0 -> 30.4), 32 / 4
+   heads 0.91, 48 / 8 heads 0.90, 4 x 12K 37.0 -> 31.3. Below one INT2 CTA per
+   SM the spare SMs take the second window split: 32 / 4 heads 2 x 6K (48 INT2
+   CTAs) +9% with 1, 4 x 6K (96) +5%, 64 / 8 heads 2 x 5K (80) +2%. Not at D
+   64: 64 / 8 heads at D 64 ran +4 to +9% with 1 (5 shapes). */
+OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win,
+                                                    int64_t sms) {
     const double scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
     const double int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
     const double per_split = OSCAR__CAST(double, (L + pl->int2_splits - 1) / pl->int2_splits);
     const double want = 0.7 * OSCAR__CAST(double, max_win) * 4.0 * pl->head_dim / int2_bytes / per_split;
+    if (pl->head_dim == 128 && oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads) == 8 &&
+        OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads * pl->int2_splits >= sms)
+        return 1;
     return OSCAR__MAX(1, OSCAR__CAST(int64_t, ceil(want)));
 }
 
@@ -404,22 +455,26 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
             pl.int2_warps =
                 oscar__decode_int2_warps(ctx, &pl, ratio, base, desc->max_int2_tokens, max_win, s4, &pl.int2_splits);
     }
-    /* window splits: given, 1 where the plan chose 16-warp INT2 CTAs (their
-       window CTAs share the few SMs the INT2 grid leaves, so fewer of them
-       end sooner: 2 x 64K 42.3 -> 37.5 us, 4 x 64K 63.2 -> 55.7, 8 x 64K
-       102.6 -> 96.4; equal from 128K up; session 27), else about four CTAs
+    /* window splits: given, 1 where the plan chose 16-warp INT2 CTAs that
+       fill more than three quarters of the SMs (their window CTAs share the
+       few SMs the INT2 grid leaves, so fewer of them end sooner: 2 x 64K
+       42.3 -> 37.5 us, 4 x 64K 63.2 -> 55.7, 8 x 64K 102.6 -> 96.4; equal from
+       128K up; session 27; oscar__decode_int2_wide_partial's CTAs leave a
+       quarter free, and there 2 window splits ran as fast as 1 or faster at
+       D 64: 6 x 6K -4%, 4 x 4K -7%, 4 x 8K +1%), else about four CTAs
        per SM in all, each taking at least 256 tokens, and beside 4-warp INT2
        CTAs no more than oscar__decode_window_balance allows */
     if (!pl.has_window)
         pl.window_splits = 0;
     else if (desc->window_splits)
         pl.window_splits = desc->window_splits;
-    else if (pl.int2_warps > OSCAR__DECODE_WARPS && desc->int2_warps == 0 && pl.int2_splits > 0)
+    else if (pl.int2_warps > OSCAR__DECODE_WARPS && desc->int2_warps == 0 && pl.int2_splits > 0 &&
+             4 * base * pl.int2_splits > 3 * oscar__decode_sms(ctx))
         pl.window_splits = 1;
     else {
         int64_t w = OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128), (max_win + 255) / 256));
         if (pl.int2_warps == OSCAR__DECODE_WARPS && pl.int2_splits > 0)
-            w = OSCAR__MIN(w, oscar__decode_window_balance(&pl, desc->max_int2_tokens, max_win));
+            w = OSCAR__MIN(w, oscar__decode_window_balance(&pl, desc->max_int2_tokens, max_win, oscar__decode_sms(ctx)));
         pl.window_splits = OSCAR__CAST(int32_t, w);
     }
     pl.requests_per_cta = desc->requests_per_cta;

@@ -833,19 +833,20 @@ Test(tune, int2_splits_heuristic_small_batch_rule_and_bandwidth_model, .timeout 
     static const struct {
         int batch;
         int64_t tokens;
-        int splits;
+        int splits, warps; /* warps: 0 automatic (the plan must take 4), or 4 forced */
     } cases[] = {
-        {1, 16064, 14},  /* 1 x 16K: the rule */
-        {1, 65216, 43},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
-        {4, 7872, 8},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
-        {4, 32448, 11},  /* 4 x 32K: the bandwidth model (the wave model's 16 filled 512 of 528 slots) */
-        {16, 32448, 7},  /* 16 x 32K: the bandwidth model (the wave model's 4: one full wave) */
-        {64, 3776, 1},   /* 512 groups: one split */
+        {1, 16064, 14, 4},  /* 1 x 16K: the rule (automatic warps: 16-warp CTAs on 96 SMs, session 36) */
+        {1, 65216, 43, 4},  /* 1 x 64K: the rule (45 measured 26.5 us, 34 27.7, 43 25.5) */
+        {4, 7872, 8, 0},    /* 4 x 8K: the rule (the old 16 measured 30.3 us against 24.2) */
+        {4, 32448, 11, 0},  /* 4 x 32K: the bandwidth model (the wave model's 16 filled 512 of 528 slots) */
+        {16, 32448, 7, 0},  /* 16 x 32K: the bandwidth model (the wave model's 4: one full wave) */
+        {64, 3776, 1, 0},   /* 512 groups: one split */
     };
     oscar_ctx *bare = compile_only_ctx(NULL);
     size_t i;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oscar_decode_plan_info p = plan_of(bare, cases[i].batch, cases[i].tokens, 0);
+        oscar_decode_plan_info p;
+        TU_OK(bare, plan_geometry(bare, cases[i].batch, cases[i].tokens, 0, 128, 128, 32, cases[i].warps, &p));
         cr_assert_eq(p.int2_splits, cases[i].splits, "%d x %lld INT2 tokens: %d splits, expected %d", cases[i].batch,
                      (long long)cases[i].tokens, p.int2_splits, cases[i].splits);
         cr_assert_eq(p.int2_warps, 4, "%d x %lld INT2 tokens: %d warps per INT2 CTA, expected 4", cases[i].batch,
@@ -895,13 +896,14 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {1, 130752, 64, 64, 32, 16, 16, 1},   /* D 64: 30.7-31.4 -> 25.2-25.7 */
         {1, 130752, 128, 64, 32, 16, 16, 1},  /* group 64: 192 KB of stages */
         {1, 97984, 128, 128, 32, 16, 16, 1},  /* 1 x 96K: 6124 tokens per split (34.8-35.2 -> 30.4-30.8) */
-        {1, 65216, 128, 128, 32, 4, 43, 2},   /* 1 x 64K: 4K tokens per 16-warp split (25.8 against 25.2) */
+        {1, 65216, 128, 128, 32, 16, 12, 2},  /* 1 x 64K: 16 x 4K tokens per split lost (25.8 against 25.2), so 12 splits
+                                                 on 96 SMs (oscar__decode_int2_wide_partial; 25.8 against 25.4: a tie) */
         {6, 65216, 128, 128, 32, 4, 11, 1},   /* 6 x 64K: 96 of 132 SMs (16 warps: 88.3 against 80.1) */
         {12, 130752, 128, 128, 32, 4, 14, 1}, /* 12 x 128K: 96 of 132 SMs */
         {32, 32448, 128, 128, 32, 4, 4, 1},   /* 256 groups: more than one wave of 16-warp CTAs */
         {8, 32448, 128, 128, 32, 4, 8, 1},    /* 8 x 32K: window 20480 tokens > 16224 per split (65.6 against 60.4) */
         {4, 32448, 128, 128, 32, 4, 11, 1},   /* 4 x 32K: 10240 > 8112 (45.4 against 43.4) */
-        {1, 32448, 128, 128, 32, 4, 25, 2},   /* 1 x 32K: 2028 tokens per split (21.1 against 20.3) */
+        {1, 32448, 128, 128, 32, 16, 12, 2},  /* 1 x 32K: 12 splits on 96 SMs (20.9 against 25 4-warp splits' 20.5) */
         {1, 130752, 256, 256, 32, 4, 43, 1},  /* no 16-warp kernel at D 256 */
         {1, 130752, 128, 32, 32, 4, 43, 1},   /* group 32 at D 128: 256 KB of stages */
         {1, 130752, 128, 128, 64, 12, 16, 1}, /* ratio 8: 12 warps (47.3 -> 44.9 us, session 27) */
@@ -910,6 +912,19 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {1, 130752, 64, 32, 64, 12, 16, 1},   /* ratio 8, D 64 group 32 */
         {1, 130752, 128, 64, 64, 12, 16, 1},  /* ratio 8, D 128 group 64: 12 warps (session 33: 49.9 -> 47.3 us) */
         {1, 130752, 128, 128, 128, 4, 37, 1}, /* ratio 16: no one-CTA-per-SM kernel */
+        /* D 64 at small batch (session 36): 16-warp CTAs on at most 99 of 132 SMs, 1536-12288 tokens per split,
+           window splits by the general rule (2 at 320 tokens); session 35's curves, best 4-warp plan -> wide */
+        {4, 7872, 64, 64, 32, 16, 3, 2},   /* 4 x 8K: 3 x 32 = 96 CTAs (best 4-warp 19.7 us; wide 2 + 1 17.6, 3 not timed) */
+        {8, 3776, 64, 64, 32, 16, 1, 2},   /* 8 x 4K: one split (best 4-warp 22.2 -> 20.4) */
+        {6, 23936, 64, 64, 32, 16, 2, 2},  /* 6 x 24K: 11968 tokens per split (best 4-warp 34.7 -> 31.2-31.9) */
+        {12, 23936, 64, 64, 32, 4, 5, 1},  /* 12 x 24K: 23936 > 12288 per split (wide +5%) */
+        {1, 7872, 64, 64, 32, 16, 5, 2},   /* batch 1, 5 splits of 1574 tokens (D 64 1 x 5K-48K: -1 to -36%) */
+        {1, 7872, 128, 128, 32, 16, 5, 2}, /* D 128 batch 1 too (1 x 6K 19.4 -> 18.5, 1 x 12K 19.0 -> 17.1) */
+        {2, 7872, 128, 128, 32, 4, 8, 2},  /* but not from 16 groups at D 128 (2 x 5K-20K: +3-6% wide) */
+        {4, 7872, 128, 128, 32, 4, 8, 2},  /* D 128: 4 warps */
+        /* ratio 8, 4-warp INT2 CTAs: one window split (oscar__decode_window_balance) */
+        {4, 7872, 128, 128, 64, 4, 8, 1},  /* 4 x 8K, 8 splits: 2 window splits 35.3 -> 1 29.5 us */
+        {8, 3776, 128, 128, 64, 4, 4, 1},  /* 8 x 4K, 4 splits: 37.2 -> 31.0 */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
