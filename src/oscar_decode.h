@@ -182,7 +182,16 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    ratio 8 32 x 8K: 91.5 us, where the new model's 1 takes 84.3; ratio 16
    48 x 48K: 11 splits 930 us, 2 833) where the GPU, bandwidth-bound, gains
    nothing from the rounding and pays each split's fixed costs. The shipped
-   table overrides both where it has the shape. */
+   table overrides both where it has the shape.
+   At 16 query heads per INT2 CTA (ratio 9-16) the small-batch rule's count
+   is capped at one CTA per SM (session 36; the curves suggest a 16-head CTA
+   leaves little of an SM for a second one, which then only lengthens the
+   SMs that hold two).
+   H200, held-out A/B in one process (bench/results/logs/session36_h200.txt
+   call 6), capped / uncapped over the 8 shapes it changes: 0.954 in
+   geometric mean, 128 / 8 heads 3 x 10K 46.1 -> 41.6 us, 5 x 5K 45.3 ->
+   40.3, 64 / 4 heads 10 x 6K 46.7 -> 41.2; the worst 1 x 40K +1.7%. Session
+   35's curves gave the same direction in-sample (regret 4.75% -> 3.55%). */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -220,7 +229,11 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
-    if (base * s <= slots) return OSCAR__CAST(int32_t, s);
+    if (base * s <= slots) {
+        /* 16 heads per CTA: at most one CTA per SM (session 36) */
+        if (oscar__int2_heads(ratio) == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
+        return OSCAR__CAST(int32_t, s);
+    }
     heads = oscar__int2_heads(ratio);
     for (s = 1; s <= cap; s++) {
         const double cost = oscar__decode_split_cost(base, slots, heads, L, s);

@@ -925,6 +925,8 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         /* ratio 8, 4-warp INT2 CTAs: one window split (oscar__decode_window_balance) */
         {4, 7872, 128, 128, 64, 4, 8, 1},  /* 4 x 8K, 8 splits: 2 window splits 35.3 -> 1 29.5 us */
         {8, 3776, 128, 128, 64, 4, 4, 1},  /* 8 x 4K, 4 splits: 37.2 -> 31.0 */
+        /* ratio 16: the small-batch rule's 5 splits capped at one CTA per SM (132 / 40 groups) */
+        {5, 4800, 128, 128, 128, 4, 3, 1}, /* 5 x 5K: 5 + 2 45.3 -> 3 + 1 40.3 us */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
