@@ -224,17 +224,16 @@ OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int 
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
-    int heads;
+    const int heads = oscar__int2_heads(ratio);
     double best_cost = 0;
     cap = OSCAR__MAX(1, OSCAR__MIN(128, (L + 255) / 256));
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
     if (base * s <= slots) {
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
-        if (oscar__int2_heads(ratio) == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
+        if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
         return OSCAR__CAST(int32_t, s);
     }
-    heads = oscar__int2_heads(ratio);
     for (s = 1; s <= cap; s++) {
         const double cost = oscar__decode_split_cost(base, slots, heads, L, s);
         if (s == 1 || cost < best_cost) best = s, best_cost = cost;
@@ -276,9 +275,11 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_wide_splits(oscar_ctx *ctx, const osca
    <= 8 groups 0.96 (11 shapes at batch 1, -12% to +2%; 16 / 4 heads at batch
    1-2 0.95). Not at D 128 from 16 groups up: 32 / 8 heads batch 2-12, 16
    shapes, +3% (2 x 5K-20K +4-6%, 7 x 10K +25%). */
+/* The most one-per-SM INT2 CTAs that leave the window tier room: 3/4 of the places */
+OSCAR__PRIVATE int64_t oscar__decode_int2_wide_partial_ctas(int64_t slots) { return 3 * slots / 4; }
 OSCAR__PRIVATE int64_t oscar__decode_int2_wide_partial(const oscar_decode_plan_info *pl, int64_t slots, int64_t base,
                                                        int64_t L) {
-    int64_t s = 3 * slots / 4 / OSCAR__MAX(base, 1);
+    int64_t s = oscar__decode_int2_wide_partial_ctas(slots) / OSCAR__MAX(base, 1);
     if (oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads) != 4 || s < 1 ||
         !(pl->head_dim == 64 || (pl->head_dim == 128 && base <= 8)))
         return 0;
@@ -361,14 +362,14 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    64: 64 / 8 heads at D 64 ran +4 to +9% with 1 (5 shapes). */
 OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win,
                                                     int64_t sms) {
-    const double scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
-    const double int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
-    const double per_split = OSCAR__CAST(double, (L + pl->int2_splits - 1) / pl->int2_splits);
-    const double want = 0.7 * OSCAR__CAST(double, max_win) * 4.0 * pl->head_dim / int2_bytes / per_split;
+    double scale, int2_bytes, per_split;
     if (pl->head_dim == 128 && oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads) == 8 &&
         OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads * pl->int2_splits >= sms)
         return 1;
-    return OSCAR__MAX(1, OSCAR__CAST(int64_t, ceil(want)));
+    scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
+    int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
+    per_split = OSCAR__CAST(double, (L + pl->int2_splits - 1) / pl->int2_splits);
+    return OSCAR__MAX(1, OSCAR__CAST(int64_t, ceil(0.7 * OSCAR__CAST(double, max_win) * 4.0 * pl->head_dim / int2_bytes / per_split)));
 }
 
 OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan_desc *desc,
@@ -482,7 +483,7 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     else if (desc->window_splits)
         pl.window_splits = desc->window_splits;
     else if (pl.int2_warps > OSCAR__DECODE_WARPS && desc->int2_warps == 0 && pl.int2_splits > 0 &&
-             4 * base * pl.int2_splits > 3 * oscar__decode_sms(ctx))
+             base * pl.int2_splits > oscar__decode_int2_wide_partial_ctas(oscar__decode_sms(ctx)))
         pl.window_splits = 1;
     else {
         int64_t w = OSCAR__MAX(1, OSCAR__MIN(OSCAR__MIN((target + base - 1) / base, 128), (max_win + 255) / 256));

@@ -1651,12 +1651,18 @@ typedef struct oscar__tune_dec {
     int head_dim;
 } oscar__tune_dec;
 
+/* Candidate c's parameters as its plan resolved them (the labels, the table entry) */
+OSCAR__PRIVATE void oscar__tune_dec_record(oscar__tune_dec *w, int c) {
+    w->int2[c] = w->plans[c].int2_splits, w->win[c] = w->plans[c].window_splits;
+    w->req[c] = w->plans[c].requests_per_cta, w->warps[c] = w->plans[c].int2_warps;
+}
+
 /* The plans of OSCAR_TUNE_DECODE_CANDIDATES ("I:W:R:V,..."), appended to
    w's candidates after the default (*nc); returns 0 when the variable is
-   unset (the grid then runs), 1 when it was used. A malformed entry or one
-   the plan refuses ends the list with a message; nothing else changes. */
-OSCAR__PRIVATE int oscar__tune_env_candidates(oscar_ctx *ctx, oscar_decode_plan_desc *pd, int64_t L, oscar__tune_dec *w,
-                                              int *nc, oscar_status *st) {
+   unset (the grid then runs), 1 when it was used. A malformed entry ends the
+   list and one the plan refuses is skipped, each with a message. */
+OSCAR__PRIVATE int oscar__tune_env_candidates(oscar_ctx *ctx, const oscar_decode_plan_desc *pd, int64_t L,
+                                              oscar__tune_dec *w, int *nc) {
     const char *env = getenv("OSCAR_TUNE_DECODE_CANDIDATES"), *s = env;
     if (!env || !*env) return 0;
     while (*s && *nc < OSCAR__TUNE_DEC_MAX_CAND) {
@@ -1675,11 +1681,8 @@ OSCAR__PRIVATE int oscar__tune_env_candidates(oscar_ctx *ctx, oscar_decode_plan_
             oscar__clear_error(ctx);
             continue;
         }
-        w->int2[*nc] = w->plans[*nc].int2_splits, w->win[*nc] = w->plans[*nc].window_splits;
-        w->req[*nc] = w->plans[*nc].requests_per_cta, w->warps[*nc] = w->plans[*nc].int2_warps;
-        (*nc)++;
+        oscar__tune_dec_record(w, (*nc)++);
     }
-    *st = OSCAR_OK;
     return 1;
 }
 
@@ -1862,8 +1865,7 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         st = oscar_decode_plan(ctx, &pd, &w->plans[0]);
         oscar__tune_suppress = 0;
         if (st != OSCAR_OK) break;
-        w->int2[0] = w->plans[0].int2_splits, w->win[0] = w->plans[0].window_splits;
-        w->req[0] = w->plans[0].requests_per_cta, w->warps[0] = w->plans[0].int2_warps;
+        oscar__tune_dec_record(w, 0);
         nc = 1;
         nci = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, ci);
         ncw = oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, cw);
@@ -1882,7 +1884,7 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
         /* OSCAR_TUNE_DECODE_CANDIDATES="I:W:R:V,...": exactly these plans beside the default (INT2 splits,
            window splits, requests per CTA, INT2 warps), no grid -- for A/B runs of plan heuristics, where
            both builds' choices must be timed in one process, taking turns (docs/tuning.md) */
-        if (oscar__tune_env_candidates(ctx, &pd, L, w, &nc, &st)) ncv = 0;
+        if (oscar__tune_env_candidates(ctx, &pd, L, w, &nc)) ncv = 0;
         /* st ends every loop: a failed plan must not be overwritten by the next candidate's */
         for (wv = 0; wv < ncv && st == OSCAR_OK; wv++)
             for (r = 0; r < ncr && st == OSCAR_OK; r++)
@@ -1899,9 +1901,7 @@ OSCAR_API oscar_status oscar_tune_decode(oscar_ctx *ctx, const oscar_tune_decode
                         pd.int2_warps = L > 0 ? cv[wv] : 0;
                         st = oscar_decode_plan(ctx, &pd, &w->plans[nc]);
                         if (st != OSCAR_OK) break;
-                        w->int2[nc] = w->plans[nc].int2_splits, w->win[nc] = w->plans[nc].window_splits;
-                        w->req[nc] = w->plans[nc].requests_per_cta, w->warps[nc] = w->plans[nc].int2_warps;
-                        nc++;
+                        oscar__tune_dec_record(w, nc++);
                     }
         if (st != OSCAR_OK) break;
         for (c = 0; c < nc; c++) {
