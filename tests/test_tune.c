@@ -110,11 +110,21 @@ Test(tune, candidates_follow_the_validity_rules) {
     oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 8, 0);
     cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, c), 0);
     cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, c), 0);
-    /* unlisted values are never valid, whatever the shape */
+    /* split counts: any count from 1 to the list's largest is valid (a table
+       may pin one between the grid's powers of two), nothing beyond */
     oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 1, 1 << 20);
-    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 3));
+    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 3));
+    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 25));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 0));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 129));
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 256));
     cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, 128));
+    cr_assert(oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, 3));
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_WINDOW_SPLITS, 17));
+    /* ... and the grid still enumerates the powers of two only */
+    cr_assert_eq(oscar__tune_candidates(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_INT2_SPLITS, c), 8);
+    /* unlisted values of the other parameters are never valid */
+    cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, OSCAR__TP_DEC_REQUESTS_PER_CTA, 3));
     cr_assert(!oscar__tune_candidate_valid(OSCAR_TUNE_FAMILY_DECODE, key, 7, 1), "no parameter 7");
     /* requests per prep / merge CTA: requests x heads per KV head <= 16 rows, at most the bucket's batch */
     oscar__tune_decode_key(key, 128, 128, 16, 4, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 320, 32, 32448);
@@ -306,7 +316,7 @@ static void valid_table(oscar_ctx *ctx, char *out, size_t cap) {
              "%s"
              "\n"
              "decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=1 context=8192 src=%s "
-             "int2_splits=8 window_splits=4 default_us=71.100 tuned_us=60.250\n"
+             "int2_splits=9 window_splits=3 default_us=71.100 tuned_us=60.250\n"
              "  decode head_dim=128 group=128 page=16 ratio=4 scale=f16_scale_min window=512 batch=8 context=32768 "
              "src=%s default_us=476.000 tuned_us=476.000\r\n"
              "merge_states head_dim=128 states=2 dtype=bf16 rows=256 src=%s rows_per_cta=16\n"
@@ -354,8 +364,8 @@ Test(tune, table_round_trip) {
         cr_assert_float_eq(a->entries[i].tuned_us, b->entries[i].tuned_us, 1e-9);
         cr_assert_str_eq(a->entries[i].src, b->entries[i].src);
     }
-    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_INT2_SPLITS], 8);
-    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_WINDOW_SPLITS], 4);
+    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_INT2_SPLITS], 9);
+    cr_assert_eq(a->entries[0].params[OSCAR__TP_DEC_WINDOW_SPLITS], 3);
     cr_assert_eq(a->entries[1].params_set, 0u, "an entry without parameters keeps the heuristic");
     cr_assert_eq(a->entries[2].params[OSCAR__TP_MRG_ROWS_PER_CTA], 16);
     cr_assert_eq(a->entries[3].family, OSCAR_TUNE_FAMILY_QUANTIZE);
@@ -369,7 +379,7 @@ Test(tune, table_round_trip) {
     first = strdup(read_text(path2));
     TU_OK(ctx2, oscar_tune_table_save(ctx2, NULL)); /* NULL: its own path */
     cr_assert_str_eq(read_text(path2), first, "a second write differs");
-    cr_assert(strstr(first, "window_splits=4") && strstr(first, "gpu=\"NVIDIA H200\""), "%s", first);
+    cr_assert(strstr(first, "int2_splits=9 window_splits=3") && strstr(first, "gpu=\"NVIDIA H200\""), "%s", first);
     cr_assert(strstr(first, "quantize " QNT_PREFILL_BUCKET " src=") && strstr(first, "rows_per_warp=16 warps_per_cta=4"), "%s",
               first);
     free(first);
@@ -384,7 +394,8 @@ Test(tune, malformed_files_are_rejected_with_the_line) {
         {"oscar-tune-table format=2\n", "format=1"},
         {"oscar-tune-table format=1\ndecode head_dim=128\n", "before the provenance"},
         {"oscar-tune-table format=1\n@PROV@bogus x=1\n", ":3: unknown record"},
-        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=3\n", "int2_splits = 3 is not a valid candidate"},
+        /* 300 splits: more than 128, and than the 8K bucket's 256 steps of 32 tokens */
+        {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=300\n", "int2_splits = 300 is not a valid candidate"},
         /* 8 requests: above the bucket's batch of 1 (and 8 x 4 heads per KV head = 32 rows > 16) */
         {"oscar-tune-table format=1\n@PROV@@DEC@ requests_per_cta=8\n", "requests_per_cta = 8 is not a valid candidate"},
         {"oscar-tune-table format=1\n@PROV@@DEC@ int2_splits=x\n", "expected an integer"},
@@ -1063,10 +1074,11 @@ Test(tune, plans_take_the_table_and_fall_back_to_the_heuristic, .timeout = 600) 
     h1 = plan_of(bare, 1, 7872, 0);
     h8 = plan_of(bare, 8, 32448, 0);
     h3 = plan_of(bare, 3, 7872, 0);
-    cr_assert(h1.int2_splits != 8 || h1.window_splits != 4, "the test needs a table entry unlike the heuristic");
+    cr_assert(h1.int2_splits != 9 || h1.window_splits != 3, "the test needs a table entry unlike the heuristic");
     ctx = compile_only_ctx(path);
     t1 = plan_of(ctx, 1, 7872, 0);
-    cr_assert(t1.int2_splits == 8 && t1.window_splits == 4, "the plan took %d + %d splits, the table says 8 + 4",
+    /* non-power-of-two counts (session 37): a table may pin any count */
+    cr_assert(t1.int2_splits == 9 && t1.window_splits == 3, "the plan took %d + %d splits, the table says 9 + 3",
               t1.int2_splits, t1.window_splits);
     cr_assert(t1.workspace_bytes != h1.workspace_bytes || h1.int2_splits + h1.window_splits == 12,
               "the workspace follows the table's splits");
@@ -1077,13 +1089,13 @@ Test(tune, plans_take_the_table_and_fall_back_to_the_heuristic, .timeout = 600) 
     cr_assert_eq(plan_of(ctx, 3, 7872, 0).int2_splits, h3.int2_splits);
     /* a forced split count wins over the table */
     f1 = plan_of(ctx, 1, 7872, 2);
-    cr_assert(f1.int2_splits == 2 && f1.window_splits == 4, "forced 2 -> %d, window %d", f1.int2_splits, f1.window_splits);
+    cr_assert(f1.int2_splits == 2 && f1.window_splits == 3, "forced 2 -> %d, window %d", f1.int2_splits, f1.window_splits);
     /* a cleared table: the heuristic again */
     TU_OK(ctx, oscar_tune_table_clear(ctx));
     t1 = plan_of(ctx, 1, 7872, 0);
     cr_assert(t1.int2_splits == h1.int2_splits && t1.window_splits == h1.window_splits);
     TU_OK(ctx, oscar_tune_table_load(ctx, path));
-    cr_assert_eq(plan_of(ctx, 1, 7872, 0).int2_splits, 8);
+    cr_assert_eq(plan_of(ctx, 1, 7872, 0).int2_splits, 9);
     /* merge_states: the table's tile for its bucket, 4 elsewhere */
     cr_assert_eq(oscar__tune_merge_rows(ctx, 128, 2, OSCAR_DTYPE_BF16, 200), 16);
     cr_assert_eq(oscar__tune_merge_rows(ctx, 128, 2, OSCAR_DTYPE_BF16, 1000), OSCAR__MERGE_DEFAULT_ROWS);
