@@ -191,7 +191,22 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    call 6), capped / uncapped over the 8 shapes it changes: 0.954 in
    geometric mean, 128 / 8 heads 3 x 10K 46.1 -> 41.6 us, 5 x 5K 45.3 ->
    40.3, 64 / 4 heads 10 x 6K 46.7 -> 41.2; the worst 1 x 40K +1.7%. Session
-   35's curves gave the same direction in-sample (regret 4.75% -> 3.55%). */
+   35's curves gave the same direction in-sample (regret 4.75% -> 3.55%).
+   At 8 query heads per INT2 CTA (ratio 5-8), head dim 128, one group per row
+   and f16 scale + min, it is capped at two CTAs per SM where those fill at
+   least 90% of them (session 37; the kernel holds three per SM). H200,
+   scripts/ab_decode_plans.sh, bench/results/logs/session37_h200.txt calls 2
+   and 3, capped / uncapped in geometric mean over the shapes whose plan
+   changes: a cap at one CTA per SM lost (+5% at D 128); at two, 0.968 over
+   13 shapes in call 2 (worst +2.3%) and, held out in call 3, 0.963 over 35
+   shapes of ratio 5-8 (16 KV heads and pages of 1 included; worst 32 / 4
+   heads 7 x 14K +4.7%): 64 / 8 heads 4 x 14K 38.3 -> 33.9 us, 128 / 16
+   heads 8 x 3K 38.2 -> 33.0, 2 x 14K 37.9 -> 33.2. Where the cap would
+   leave fewer CTAs (12 x 3K: 192 of 264, +3 to +4% on all four
+   configurations of call 3, which chose the 90%) it is not taken, nor with
+   f32 scale + zero (+3.7% over 6 shapes: 1 x 56K +6%, 2 x 28K +12%),
+   group 64 (+6%) or at D 64 (+4 to +8% in call 2): their CTAs want the
+   third. */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -232,6 +247,13 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     if (base * s <= slots) {
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
         if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
+        /* 8 heads per CTA, one f16 group per row at head dim 128: two CTAs per
+           SM where they nearly fill them (session 37) */
+        if (heads == 8 && pl->head_dim == 128 && pl->group_size == 128 &&
+            pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) {
+            const int64_t two = 2 * oscar__decode_sms(ctx), s2 = two / base;
+            if (s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two) s = s2;
+        }
         return OSCAR__CAST(int32_t, s);
     }
     for (s = 1; s <= cap; s++) {

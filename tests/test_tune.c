@@ -938,6 +938,12 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {8, 3776, 128, 128, 64, 4, 4, 1},  /* 8 x 4K, 4 splits: 37.2 -> 31.0 */
         /* ratio 16: the small-batch rule's 5 splits capped at one CTA per SM (132 / 40 groups) */
         {5, 4800, 128, 128, 128, 4, 3, 1}, /* 5 x 5K: 5 + 2 45.3 -> 3 + 1 40.3 us */
+        /* ratio 5-8 at D 128, group 128, f16 scales: capped at two CTAs per SM where they fill >= 90% of them
+           (session 37, held out; the compile-only context's 528 slots keep these in the small-batch rule) */
+        {4, 13680, 128, 128, 64, 4, 8, 1}, /* 4 x 14K: 12 splits (384 CTAs) 38.3 -> 8 (256) 33.9 us */
+        {1, 55680, 128, 128, 64, 4, 33, 1}, /* 1 x 56K: 38 -> 33 (264 CTAs): 31.1 -> 30.5 */
+        {12, 2680, 128, 128, 64, 4, 3, 1}, /* 12 x 3K: 2 splits would be 192 CTAs, 73% (+2.9%): 3 kept */
+        {4, 13680, 128, 64, 64, 4, 12, 1}, /* group 64: not capped (1 x 56K 33.2 -> 35.6 us capped) */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
@@ -954,6 +960,22 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
                   p.int2_warps, p.int2_splits, p.window_splits, cases[i].warps, cases[i].splits,
                   cases[i].window_splits);
         cr_assert_eq(p.smem_int2, oscar__decode_int2_smem(cases[i].head_dim, cases[i].group, cases[i].q_heads / 8, p.int2_warps));
+    }
+    /* the two-per-SM cap of 8-head CTAs is for f16 scale + min only: with the
+       reference's f32 scale + zero 4 x 14K keeps 12 splits (capped, 1 x 56K
+       ran 30.8 -> 32.7 us and 2 x 28K 31.0 -> 34.7 in session 37's A/B) */
+    {
+        oscar_int2_pool_desc pool = {0};
+        oscar_window_pool_desc win = {0};
+        oscar_decode_plan_desc pd = {0};
+        pool.head_dim = 128, pool.group_size = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+        pool.scale_layout = OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO;
+        win.num_pages = 64, win.page_size = 16;
+        pd.num_q_heads = 64, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 4;
+        pd.max_int2_tokens = 13680, pd.max_window_tokens = 320;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 12, "f32 scales, ratio 8, 4 x 14K: %d warps x %d splits, expected 4 x 12",
+                  p.int2_warps, p.int2_splits);
     }
     /* forced: 16 with automatic splits (one wave; the window splits stay the
        4-warp rule's 2: at 8 x 32K one measured 65.6 against 63.6 us), 16 with
