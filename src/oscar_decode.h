@@ -206,7 +206,16 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    configurations of call 3, which chose the 90%) it is not taken, nor with
    f32 scale + zero (+3.7% over 6 shapes: 1 x 56K +6%, 2 x 28K +12%),
    group 64 (+6%) or at D 64 (+4 to +8% in call 2): their CTAs want the
-   third. */
+   third.
+   At 4 query heads per INT2 CTA (ratio <= 4; four CTAs per SM) the same cap,
+   from 20 groups (batch x KV heads) and where the rule's count gives at
+   least 2.5 CTAs per SM (session 37 calls 4 and 5): in-sample 0.921 over 28
+   shapes (3 x 20K 30.4 -> 25.8 us, 5 x 9K 30.2 -> 25.5), held out 0.960 over
+   35 shapes of ratio 1-4 (8 or 16 KV heads, pages of 1): 64 / 16 heads 4 x
+   8K 34.1 -> 29.7, 32 / 8 heads 6 x 10.5K 32.3 -> 29.5; it loses at 11 x
+   3.5K (4 -> 3 splits: +7.3 to +7.8% on three configurations). Below 20
+   groups (batch 1-2) or 2.5 CTAs per SM the cap alone was mixed (2 x 40K
+   with pages of 1 +9%, 4 x 33K at 4 KV heads -7.5%) and is not taken. */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -247,10 +256,12 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     if (base * s <= slots) {
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
         if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
-        /* 8 heads per CTA, one f16 group per row at head dim 128: two CTAs per
+        /* 8 heads per CTA (or 4, from 20 groups, where the rule gives 2.5 CTAs
+           per SM or more), one f16 group per row at head dim 128: two CTAs per
            SM where they nearly fill them (session 37) */
-        if (heads == 8 && pl->head_dim == 128 && pl->group_size == 128 &&
-            pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) {
+        if ((heads == 8 || (heads == 4 && base >= 20 && 2 * base * s >= 5 * oscar__decode_sms(ctx))) &&
+            pl->head_dim == 128 &&
+            pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) {
             const int64_t two = 2 * oscar__decode_sms(ctx), s2 = two / base;
             if (s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two) s = s2;
         }

@@ -944,6 +944,10 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {1, 55680, 128, 128, 64, 4, 33, 1}, /* 1 x 56K: 38 -> 33 (264 CTAs): 31.1 -> 30.5 */
         {12, 2680, 128, 128, 64, 4, 3, 1}, /* 12 x 3K: 2 splits would be 192 CTAs, 73% (+2.9%): 3 kept */
         {4, 13680, 128, 64, 64, 4, 12, 1}, /* group 64: not capped (1 x 56K 33.2 -> 35.6 us capped) */
+        /* ratio <= 4 (4-head CTAs) likewise, from 20 groups where the rule gives >= 2.5 CTAs per SM (session 37) */
+        {6, 10180, 128, 128, 32, 4, 5, 1},  /* 6 x 10.5K: 10 + 2 (480 CTAs) 32.3 -> 5 + 1 (240) 29.5 us */
+        {4, 15680, 128, 128, 32, 4, 8, 1},  /* 4 x 16K: 14 + 2 31.5 -> 8 + 1 28.9 */
+        {2, 39680, 128, 128, 32, 4, 29, 2}, /* 2 x 40K: 16 groups, not capped (16 + 1 +9% with pages of 1) */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
