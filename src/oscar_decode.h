@@ -209,7 +209,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    third.
    At 4 query heads per INT2 CTA (ratio <= 4; four CTAs per SM) the same cap,
    from 20 groups (batch x KV heads) and where the rule's count gives at
-   least 2.5 CTAs per SM (session 37 calls 4 and 5): in-sample 0.921 over 28
+   least 2.5 CTAs per SM (session 37 calls 4 and 5): in-sample 0.909 over 24
    shapes (3 x 20K 30.4 -> 25.8 us, 5 x 9K 30.2 -> 25.5), held out 0.960 over
    35 shapes of ratio 1-4 (8 or 16 KV heads, pages of 1): 64 / 16 heads 4 x
    8K 34.1 -> 29.7, 32 / 8 heads 6 x 10.5K 32.3 -> 29.5; it loses at 11 x
