@@ -198,7 +198,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    scripts/ab_decode_plans.sh, bench/results/logs/session37_h200.txt calls 2
    and 3, capped / uncapped in geometric mean over the shapes whose plan
    changes: a cap at one CTA per SM lost (+5% at D 128); at two, 0.968 over
-   13 shapes in call 2 (worst +2.3%) and, held out in call 3, 0.963 over 35
+   13 shapes in call 2 (worst +2.3%) and, held out in call 3, 0.965 over 36
    shapes of ratio 5-8 (16 KV heads and pages of 1 included; worst 32 / 4
    heads 7 x 14K +4.7%): 64 / 8 heads 4 x 14K 38.3 -> 33.9 us, 128 / 16
    heads 8 x 3K 38.2 -> 33.0, 2 x 14K 37.9 -> 33.2. Where the cap would
@@ -209,13 +209,16 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    third.
    At 4 query heads per INT2 CTA (ratio <= 4; four CTAs per SM) the same cap,
    from 20 groups (batch x KV heads) and where the rule's count gives at
-   least 2.5 CTAs per SM (session 37 calls 4 and 5): in-sample 0.909 over 24
-   shapes (3 x 20K 30.4 -> 25.8 us, 5 x 9K 30.2 -> 25.5), held out 0.960 over
-   35 shapes of ratio 1-4 (8 or 16 KV heads, pages of 1): 64 / 16 heads 4 x
+   least 2.5 CTAs per SM (session 37 calls 4-6): in-sample 0.909 over 24
+   shapes (3 x 20K 30.4 -> 25.8 us, 5 x 9K 30.2 -> 25.5), held out 0.958 over
+   36 shapes of ratio 1-4 (8 or 16 KV heads, pages of 1): 64 / 16 heads 4 x
    8K 34.1 -> 29.7, 32 / 8 heads 6 x 10.5K 32.3 -> 29.5; it loses at 11 x
-   3.5K (4 -> 3 splits: +7.3 to +7.8% on three configurations). Below 20
-   groups (batch 1-2) or 2.5 CTAs per SM the cap alone was mixed (2 x 40K
-   with pages of 1 +9%, 4 x 33K at 4 KV heads -7.5%) and is not taken. */
+   3.5K (4 -> 3 splits: +7.3 to +7.8% on three configurations). With f32
+   scale + zero, unlike at 8 heads, it won on all 16 shapes (0.90: 32 / 8
+   heads 5 x 11.5K 32.3 -> 28.2 us). Below 20 groups (batch 1-2) or 2.5 CTAs
+   per SM the cap alone was mixed (2 x 40K with pages of 1 +9%, 4 x 33K at 4
+   KV heads -7.5%) and is not taken; groups of 32 or 64 rarely reach this
+   rule (fewer CTAs per SM) and were not measured enough to include. */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -256,12 +259,13 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     if (base * s <= slots) {
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
         if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
-        /* 8 heads per CTA (or 4, from 20 groups, where the rule gives 2.5 CTAs
-           per SM or more), one f16 group per row at head dim 128: two CTAs per
-           SM where they nearly fill them (session 37) */
-        if ((heads == 8 || (heads == 4 && base >= 20 && 2 * base * s >= 5 * oscar__decode_sms(ctx))) &&
-            pl->head_dim == 128 &&
-            pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) {
+        /* one group per row at head dim 128, 8 heads per CTA with f16 scales,
+           or 4 heads (either layout) from 20 groups where the rule gives 2.5
+           CTAs per SM or more: two CTAs per SM where they nearly fill them
+           (session 37) */
+        if (pl->head_dim == 128 && pl->group_size == 128 &&
+            ((heads == 8 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) ||
+             (heads == 4 && base >= 20 && 2 * base * s >= 5 * oscar__decode_sms(ctx)))) {
             const int64_t two = 2 * oscar__decode_sms(ctx), s2 = two / base;
             if (s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two) s = s2;
         }

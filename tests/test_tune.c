@@ -980,6 +980,12 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
         cr_assert(p.int2_warps == 4 && p.int2_splits == 12, "f32 scales, ratio 8, 4 x 14K: %d warps x %d splits, expected 4 x 12",
                   p.int2_warps, p.int2_splits);
+        /* ... and at 4 heads per CTA (ratio 4) it applies with f32 scales too:
+           5 x 11.5K 11 + 2 32.3 -> 6 + 1 28.2 us */
+        pd.num_q_heads = 32, pd.batch_size = 5, pd.max_int2_tokens = 11180;
+        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
+        cr_assert(p.int2_warps == 4 && p.int2_splits == 6, "f32 scales, ratio 4, 5 x 11.5K: %d warps x %d splits, expected 4 x 6",
+                  p.int2_warps, p.int2_splits);
     }
     /* forced: 16 with automatic splits (one wave; the window splits stay the
        4-warp rule's 2: at 8 x 32K one measured 65.6 against 63.6 us), 16 with
