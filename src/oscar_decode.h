@@ -257,18 +257,18 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
     if (base * s <= slots) {
+        const int64_t sms = oscar__decode_sms(ctx), two = 2 * sms, s2 = two / base;
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
-        if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, oscar__decode_sms(ctx) / base));
+        if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, sms / base));
         /* one group per row at head dim 128, 8 heads per CTA with f16 scales,
            or 4 heads (either layout) from 20 groups where the rule gives 2.5
            CTAs per SM or more: two CTAs per SM where they nearly fill them
            (session 37) */
         if (pl->head_dim == 128 && pl->group_size == 128 &&
             ((heads == 8 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) ||
-             (heads == 4 && base >= 20 && 2 * base * s >= 5 * oscar__decode_sms(ctx)))) {
-            const int64_t two = 2 * oscar__decode_sms(ctx), s2 = two / base;
-            if (s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two) s = s2;
-        }
+             (heads == 4 && base >= 20 && 2 * base * s >= 5 * sms)) &&
+            s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two)
+            s = s2;
         return OSCAR__CAST(int32_t, s);
     }
     for (s = 1; s <= cap; s++) {

@@ -817,17 +817,25 @@ Test(tune, requests_per_cta_from_the_table_the_desc_or_the_heuristic, .timeout =
 
 /* A decode plan of 8 KV heads (head dim, group, query heads and forced INT2
    warps as given); returns oscar_decode_plan's status, the plan in *plan. */
-static oscar_status plan_geometry(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2, int head_dim,
-                                  int group, int q_heads, int forced_warps, oscar_decode_plan_info *plan) {
+/* The plan for 8 KV heads, pages of 16 and 320 window tokens, with the given scale layout */
+static oscar_status plan_geometry_scaled(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2, int head_dim,
+                                         int group, int q_heads, int forced_warps, oscar_scale_layout scale,
+                                         oscar_decode_plan_info *plan) {
     oscar_int2_pool_desc pool = {0};
     oscar_window_pool_desc win = {0};
     oscar_decode_plan_desc pd = {0};
     pool.head_dim = head_dim, pool.group_size = group, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
+    pool.scale_layout = scale;
     win.num_pages = 64, win.page_size = 16;
     pd.num_q_heads = q_heads, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = batch;
     pd.max_int2_tokens = int2_tokens, pd.max_window_tokens = 320, pd.int2_splits = forced_int2;
     pd.int2_warps = forced_warps;
     return oscar_decode_plan(ctx, &pd, plan);
+}
+static oscar_status plan_geometry(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2, int head_dim,
+                                  int group, int q_heads, int forced_warps, oscar_decode_plan_info *plan) {
+    return plan_geometry_scaled(ctx, batch, int2_tokens, forced_int2, head_dim, group, q_heads, forced_warps,
+                                OSCAR_SCALE_LAYOUT_DEFAULT, plan);
 }
 static oscar_decode_plan_info plan_of(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2) {
     oscar_decode_plan_info plan;
@@ -968,25 +976,14 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
     /* the two-per-SM cap of 8-head CTAs is for f16 scale + min only: with the
        reference's f32 scale + zero 4 x 14K keeps 12 splits (capped, 1 x 56K
        ran 30.8 -> 32.7 us and 2 x 28K 31.0 -> 34.7 in session 37's A/B) */
-    {
-        oscar_int2_pool_desc pool = {0};
-        oscar_window_pool_desc win = {0};
-        oscar_decode_plan_desc pd = {0};
-        pool.head_dim = 128, pool.group_size = 128, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
-        pool.scale_layout = OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO;
-        win.num_pages = 64, win.page_size = 16;
-        pd.num_q_heads = 64, pd.int2_pool = &pool, pd.window_pool = &win, pd.batch_size = 4;
-        pd.max_int2_tokens = 13680, pd.max_window_tokens = 320;
-        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 12, "f32 scales, ratio 8, 4 x 14K: %d warps x %d splits, expected 4 x 12",
-                  p.int2_warps, p.int2_splits);
-        /* ... and at 4 heads per CTA (ratio 4) it applies with f32 scales too:
-           5 x 11.5K 11 + 2 32.3 -> 6 + 1 28.2 us */
-        pd.num_q_heads = 32, pd.batch_size = 5, pd.max_int2_tokens = 11180;
-        TU_OK(bare, oscar_decode_plan(bare, &pd, &p));
-        cr_assert(p.int2_warps == 4 && p.int2_splits == 6, "f32 scales, ratio 4, 5 x 11.5K: %d warps x %d splits, expected 4 x 6",
-                  p.int2_warps, p.int2_splits);
-    }
+    TU_OK(bare, plan_geometry_scaled(bare, 4, 13680, 0, 128, 128, 64, 0, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 12, "f32 scales, ratio 8, 4 x 14K: %d warps x %d splits, expected 4 x 12",
+              p.int2_warps, p.int2_splits);
+    /* ... and at 4 heads per CTA (ratio 4) it applies with f32 scales too:
+       5 x 11.5K 11 + 2 32.3 -> 6 + 1 28.2 us */
+    TU_OK(bare, plan_geometry_scaled(bare, 5, 11180, 0, 128, 128, 32, 0, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 6, "f32 scales, ratio 4, 5 x 11.5K: %d warps x %d splits, expected 4 x 6",
+              p.int2_warps, p.int2_splits);
     /* forced: 16 with automatic splits (one wave; the window splits stay the
        4-warp rule's 2: at 8 x 32K one measured 65.6 against 63.6 us), 16 with
        forced splits, 4 */

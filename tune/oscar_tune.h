@@ -171,8 +171,8 @@ OSCAR__PRIVATE int oscar__tune_candidate_valid(int32_t family, const int32_t *ke
     for (i = 0; i < pd->num_candidates; i++) listed |= pd->candidates[i] == value;
     /* split counts: the grid times the listed powers of two, but a table entry
        (or an OSCAR_TUNE_DECODE_CANDIDATES plan the tuner kept) may name any
-       count up to the largest (session 37: the heuristic's 25 + 2 at 1 x 32K,
-       3% faster than its later 12 + 2, could not be pinned) */
+       count up to the largest (before session 37 a count like the bench's
+       former 25 + 2 at 1 x 32K could not be pinned) */
     if (family == OSCAR_TUNE_FAMILY_DECODE && (param == OSCAR__TP_DEC_INT2_SPLITS || param == OSCAR__TP_DEC_WINDOW_SPLITS))
         listed = value >= 1 && value <= pd->candidates[pd->num_candidates - 1];
     if (!listed) return 0;
