@@ -217,8 +217,22 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    scale + zero, unlike at 8 heads, it won on all 16 shapes (0.90: 32 / 8
    heads 5 x 11.5K 32.3 -> 28.2 us). Below 20 groups (batch 1-2) or 2.5 CTAs
    per SM the cap alone was mixed (2 x 40K with pages of 1 +9%, 4 x 33K at 4
-   KV heads -7.5%) and is not taken; groups of 32 or 64 rarely reach this
-   rule (fewer CTAs per SM) and were not measured enough to include. */
+   KV heads -7.5%) and is not taken.
+   Session 38 (bench/results/logs/session38_h200.txt; capped / uncapped time,
+   graph replay, both plans in one process): the 4-head cap is not taken where
+   it removes one split from three or four -- 4 -> 3 lost on all 10 shapes
+   timed (1.02-1.08: 11 x 3.6K 29.3 -> 31.5 us, 87 x 3.75K at one KV head
+   29.3 -> 31.5), 3 -> 2 on 7 of 7 (1.005-1.05), while 5 -> 4 (0.90-0.91 on
+   four shapes), 2 -> 1 (0.93-0.95 on 6) and the deeper cuts won (6 x 7K
+   28.3 -> 25.1 us, 11 x 8.25K at 4 KV heads 28.7 -> 24.9); held out (call
+   3, 16 shapes at 5, 10, 2 KV heads and pages of 1) the exclusion is worth
+   less, 0.991 (worst +1.2%). At 8 heads the same single-split cuts win
+   (uncapped 1.08-1.24x slower on 8 held-out shapes), so it stays 4-head only.
+   The 4-head cap applies to groups of 32 and 64 too, which reach it only
+   with few KV heads (their CTAs hold fewer per SM): held out 0.937 over 34
+   shapes (16 / 4 heads G64 11 x 9K 33.0 -> 27.6 us, 12 / 3 heads G64 7 x 20K
+   29.6 -> 25.3); 7 lost, among them group 64 with f16 scales cut 6 -> 4 at
+   6K on all 5 such shapes (+2.4 to +6.7%). */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -260,13 +274,14 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
         const int64_t sms = oscar__decode_sms(ctx), two = 2 * sms, s2 = two / base;
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
         if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, sms / base));
-        /* one group per row at head dim 128, 8 heads per CTA with f16 scales,
-           or 4 heads (either layout) from 20 groups where the rule gives 2.5
-           CTAs per SM or more: two CTAs per SM where they nearly fill them
-           (session 37) */
-        if (pl->head_dim == 128 && pl->group_size == 128 &&
-            ((heads == 8 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) ||
-             (heads == 4 && base >= 20 && 2 * base * s >= 5 * sms)) &&
+        /* head dim 128: 8 heads per CTA with one group per row and f16
+           scales, or 4 heads (any group, either layout) from 20 groups where
+           the rule gives 2.5 CTAs per SM or more, unless the cap would remove
+           a single split of three or four: two CTAs per SM where they nearly
+           fill them (sessions 37-38) */
+        if (pl->head_dim == 128 &&
+            ((heads == 8 && pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) ||
+             (heads == 4 && base >= 20 && 2 * base * s >= 5 * sms && !(s2 + 1 == s && (s == 3 || s == 4)))) &&
             s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two)
             s = s2;
         return OSCAR__CAST(int32_t, s);

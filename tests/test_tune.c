@@ -956,6 +956,13 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         {6, 10180, 128, 128, 32, 4, 5, 1},  /* 6 x 10.5K: 10 + 2 (480 CTAs) 32.3 -> 5 + 1 (240) 29.5 us */
         {4, 15680, 128, 128, 32, 4, 8, 1},  /* 4 x 16K: 14 + 2 31.5 -> 8 + 1 28.9 */
         {2, 39680, 128, 128, 32, 4, 29, 2}, /* 2 x 40K: 16 groups, not capped (16 + 1 +9% with pages of 1) */
+        /* ... but not where it removes one split of three or four (session 38; capped -> uncapped) */
+        {11, 3280, 128, 128, 32, 4, 4, 2},  /* 11 x 3.6K: 4 kept (3 + 2 ran 31.5 us, 4 + 2 29.3) */
+        {16, 2680, 128, 128, 32, 4, 3, 2},  /* 16 x 3K: 3 kept (2 + 2 33.1, 3 + 2 32.8; 15 x 3K 32.4 / 31.2) */
+        {32, 1680, 128, 128, 32, 4, 1, 1},  /* 32 x 2K: 2 -> 1 is taken (2 + 2 43.5 us, 1 + 1 40.5) */
+        /* groups of 64 and 32 too (session 38, held out 0.918 over 22 shapes; on the H200 these geometries reach
+           the small-batch rule with few KV heads, the compile-only context's 528 slots already with 8) */
+        {4, 15680, 128, 64, 32, 4, 8, 1},   /* group 64, 4 x 16K: 14 + 2 -> 8 + 1 (16 / 4 heads 7 x 16K 31.5 -> 26.8 us) */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
@@ -983,6 +990,10 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
        5 x 11.5K 11 + 2 32.3 -> 6 + 1 28.2 us */
     TU_OK(bare, plan_geometry_scaled(bare, 5, 11180, 0, 128, 128, 32, 0, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, &p));
     cr_assert(p.int2_warps == 4 && p.int2_splits == 6, "f32 scales, ratio 4, 5 x 11.5K: %d warps x %d splits, expected 4 x 6",
+              p.int2_warps, p.int2_splits);
+    /* ... and with groups of 32 (16 / 4 heads 12 x 8K, f32: 35.2 -> 32.4 us, session 38) */
+    TU_OK(bare, plan_geometry_scaled(bare, 5, 11680, 0, 128, 32, 32, 0, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, &p));
+    cr_assert(p.int2_warps == 4 && p.int2_splits == 6, "f32 scales, group 32, ratio 4, 5 x 12K: %d warps x %d splits, expected 4 x 6",
               p.int2_warps, p.int2_splits);
     /* forced: 16 with automatic splits (one wave; the window splits stay the
        4-warp rule's 2: at 8 x 32K one measured 65.6 against 63.6 us), 16 with
