@@ -232,7 +232,8 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    with few KV heads (their CTAs hold fewer per SM): held out 0.937 over 34
    shapes (16 / 4 heads G64 11 x 9K 33.0 -> 27.6 us, 12 / 3 heads G64 7 x 20K
    29.6 -> 25.3); 7 lost, among them group 64 with f16 scales cut 6 -> 4 at
-   6K on all 5 such shapes (+2.4 to +6.7%). */
+   6K on all 5 such shapes (+2.4 to +6.7%) -- their second window split, now
+   dropped there (oscar__decode_window_balance). */
 /* The estimated time, in token-times of one CTA streaming alone, of s INT2
    splits of L tokens for `base` CTA rows on `slots` resident CTAs: waves of
    at most `slots` CTAs; a wave of a CTAs takes one CTA's time (L / s + 512
@@ -411,12 +412,23 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    heads 0.91, 48 / 8 heads 0.90, 4 x 12K 37.0 -> 31.3. Below one INT2 CTA per
    SM the spare SMs take the second window split: 32 / 4 heads 2 x 6K (48 INT2
    CTAs) +9% with 1, 4 x 6K (96) +5%, 64 / 8 heads 2 x 5K (80) +2%. Not at D
-   64: 64 / 8 heads at D 64 ran +4 to +9% with 1 (5 shapes). */
+   64: 64 / 8 heads at D 64 ran +4 to +9% with 1 (5 shapes).
+   At 4 query heads per INT2 CTA (ratio <= 4), D 128 and groups of 64, 1
+   where the INT2 grid has at least 1.8 CTAs per SM (90% of two; session 38,
+   bench/results/logs/session38_h200.txt calls 4-8): 16 / 4 heads 16 x 6K,
+   4 + 2 -> 4 + 1, 34.7 -> 28.1 us, 32 / 8 heads 4 x 11.5K 8 + 2 -> 8 + 1
+   32.4 -> 27.5 (6 of 6 such shapes 15-20% faster in call 4); held out
+   (call 8, 38 shapes at 1-8 KV heads, f16 and f32): 0.948, 6 slower (worst
+   +1.6%), 12 / 3 heads 14 x 8K 28.5 -> 25.7 us. The same from one CTA per
+   SM at every group measured 0.968 over 45 shapes (call 5) but 0.995 over 54
+   held out (call 6; group 128 from two CTAs per SM ~0.985): not taken; groups
+   of 32 were not measured enough. */
 OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info *pl, int64_t L, int64_t max_win,
                                                     int64_t sms) {
     double scale, int2_bytes, per_split;
-    if (pl->head_dim == 128 && oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads) == 8 &&
-        OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads * pl->int2_splits >= sms)
+    const int heads = oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads);
+    const int64_t ctas = OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads * pl->int2_splits;
+    if (pl->head_dim == 128 && ((heads == 8 && ctas >= sms) || (heads == 4 && pl->group_size == 64 && 10 * ctas >= 18 * sms)))
         return 1;
     scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
     int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);

@@ -963,6 +963,11 @@ Test(tune, int2_warps_heuristic_forced_and_tabled, .timeout = 600) {
         /* groups of 64 and 32 too (session 38, held out 0.918 over 22 shapes; on the H200 these geometries reach
            the small-batch rule with few KV heads, the compile-only context's 528 slots already with 8) */
         {4, 15680, 128, 64, 32, 4, 8, 1},   /* group 64, 4 x 16K: 14 + 2 -> 8 + 1 (16 / 4 heads 7 x 16K 31.5 -> 26.8 us) */
+        /* group 64 at 4 heads: one window split from 1.8 INT2 CTAs per SM (session 38, held out 0.948 over 38) */
+        {4, 11180, 128, 64, 32, 4, 8, 1},   /* 4 x 11.5K: 8 + 2 32.4 -> 8 + 1 27.5 us */
+        {16, 2680, 128, 64, 32, 4, 3, 1},   /* 16 x 3K: 384 INT2 CTAs, 1 window split */
+        {16, 2680, 128, 128, 32, 4, 3, 2},  /* group 128 keeps 2 (one split measured 0.995 held out) */
+        {2, 5680, 128, 64, 32, 4, 6, 2},    /* 96 INT2 CTAs: 2 */
     };
     char path[600], text[4096], prov[512], dsrc[17];
     oscar_ctx *bare = compile_only_ctx(NULL), *ctx;
