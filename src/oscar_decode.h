@@ -263,6 +263,18 @@ OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int 
     }
     return t;
 }
+/* Whether the small-batch rule's s splits are capped at s2 = two CTAs per SM
+   (rule 4, sessions 37-38; the measurements above): at head dim 128 where the
+   cap still fills 90% of two CTAs per SM, 8 heads per CTA with one group per
+   row and f16 scales, or 4 heads (any group, either layout) from 20 groups
+   where s gives 2.5 CTAs per SM or more, unless the cap would remove a single
+   split of three or four. */
+OSCAR__PRIVATE int oscar__decode_two_per_sm_cap(const oscar_decode_plan_info *pl, int heads, int64_t base, int64_t s,
+                                               int64_t s2, int64_t sms) {
+    if (pl->head_dim != 128 || s <= s2 || s2 < 1 || 10 * base * s2 < 18 * sms) return 0;
+    if (heads == 8) return pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
+    return heads == 4 && base >= 20 && 2 * base * s >= 5 * sms && !(s2 + 1 == s && (s == 3 || s == 4));
+}
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
@@ -272,19 +284,10 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_dec
     s = OSCAR__CAST(int64_t, floor(1.565 * pow(OSCAR__CAST(double, L) / 1024.0, 0.8) + 0.5));
     s = OSCAR__MAX(1, OSCAR__MIN(cap, s));
     if (base * s <= slots) {
-        const int64_t sms = oscar__decode_sms(ctx), two = 2 * sms, s2 = two / base;
+        const int64_t sms = oscar__decode_sms(ctx), s2 = 2 * sms / base;
         /* 16 heads per CTA: at most one CTA per SM (session 36) */
         if (heads == 16) s = OSCAR__MIN(s, OSCAR__MAX(1, sms / base));
-        /* head dim 128: 8 heads per CTA with one group per row and f16
-           scales, or 4 heads (any group, either layout) from 20 groups where
-           the rule gives 2.5 CTAs per SM or more, unless the cap would remove
-           a single split of three or four: two CTAs per SM where they nearly
-           fill them (sessions 37-38) */
-        if (pl->head_dim == 128 &&
-            ((heads == 8 && pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN) ||
-             (heads == 4 && base >= 20 && 2 * base * s >= 5 * sms && !(s2 + 1 == s && (s == 3 || s == 4)))) &&
-            s > s2 && s2 >= 1 && 10 * base * s2 >= 9 * two)
-            s = s2;
+        if (oscar__decode_two_per_sm_cap(pl, heads, base, s, s2, sms)) s = s2;
         return OSCAR__CAST(int32_t, s);
     }
     for (s = 1; s <= cap; s++) {
