@@ -220,7 +220,7 @@ OSCAR__PRIVATE int64_t oscar__decode_int2_slots(oscar_ctx *ctx, const oscar_deco
    KV heads -7.5%) and is not taken.
    Session 38 (bench/results/logs/session38_h200.txt; capped / uncapped time,
    graph replay, both plans in one process): the 4-head cap is not taken where
-   it removes one split from three or four -- 4 -> 3 lost on all 10 shapes
+   it removes one split from three or four -- 4 -> 3 lost on all 12 shapes
    timed (1.02-1.08: 11 x 3.6K 29.3 -> 31.5 us, 87 x 3.75K at one KV head
    29.3 -> 31.5), 3 -> 2 on 7 of 7 (1.005-1.05), while 5 -> 4 (0.90-0.91 on
    four shapes), 2 -> 1 (0.93-0.95 on 6) and the deeper cuts won (6 x 7K
