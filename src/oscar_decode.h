@@ -420,7 +420,7 @@ OSCAR__PRIVATE int32_t oscar__decode_int2_warps(oscar_ctx *ctx, const oscar_deco
    where the INT2 grid has at least 1.8 CTAs per SM (90% of two; session 38,
    bench/results/logs/session38_h200.txt calls 4-8): 16 / 4 heads 16 x 6K,
    4 + 2 -> 4 + 1, 34.7 -> 28.1 us, 32 / 8 heads 4 x 11.5K 8 + 2 -> 8 + 1
-   32.4 -> 27.5 (6 of 6 such shapes 15-20% faster in call 4); held out
+   32.4 -> 27.5 (6 of 6 such shapes 13-19% faster in call 4); held out
    (call 8, 38 shapes at 1-8 KV heads, f16 and f32): 0.948, 6 slower (worst
    +1.6%), 12 / 3 heads 14 x 8K 28.5 -> 25.7 us. The same from one CTA per
    SM at every group measured 0.968 over 45 shapes (call 5) but 0.995 over 54
