@@ -263,6 +263,9 @@ OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int 
     }
     return t;
 }
+/* Whether a grid of `ctas` INT2 CTAs fills at least 90% of two per SM (rule
+   4's cap and the group-64 window rule, sessions 37-38). */
+OSCAR__PRIVATE int oscar__decode_fills_two_per_sm(int64_t ctas, int64_t sms) { return 10 * ctas >= 18 * sms; }
 /* Whether the small-batch rule's s splits are capped at s2 = two CTAs per SM
    (rule 4, sessions 37-38; the measurements above): at head dim 128 where the
    cap still fills 90% of two CTAs per SM, 8 heads per CTA with one group per
@@ -271,7 +274,7 @@ OSCAR__PRIVATE double oscar__decode_split_cost(int64_t base, int64_t slots, int 
    split of three or four. */
 OSCAR__PRIVATE int oscar__decode_two_per_sm_cap(const oscar_decode_plan_info *pl, int heads, int64_t base, int64_t s,
                                                int64_t s2, int64_t sms) {
-    if (pl->head_dim != 128 || s <= s2 || s2 < 1 || 10 * base * s2 < 18 * sms) return 0;
+    if (pl->head_dim != 128 || s <= s2 || s2 < 1 || !oscar__decode_fills_two_per_sm(base * s2, sms)) return 0;
     if (heads == 8) return pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
     return heads == 4 && base >= 20 && 2 * base * s >= 5 * sms && !(s2 + 1 == s && (s == 3 || s == 4));
 }
@@ -431,7 +434,8 @@ OSCAR__PRIVATE int64_t oscar__decode_window_balance(const oscar_decode_plan_info
     double scale, int2_bytes, per_split;
     const int heads = oscar__int2_heads(pl->num_q_heads / pl->num_kv_heads);
     const int64_t ctas = OSCAR__CAST(int64_t, pl->batch_size) * pl->num_kv_heads * pl->int2_splits;
-    if (pl->head_dim == 128 && ((heads == 8 && ctas >= sms) || (heads == 4 && pl->group_size == 64 && 10 * ctas >= 18 * sms)))
+    if (pl->head_dim == 128 &&
+        ((heads == 8 && ctas >= sms) || (heads == 4 && pl->group_size == 64 && oscar__decode_fills_two_per_sm(ctas, sms))))
         return 1;
     scale = OSCAR__CAST(double, oscar__scale_pair_bytes(pl->scale_layout));
     int2_bytes = 0.5 * pl->head_dim + 2.0 * scale * (pl->head_dim / pl->group_size);
