@@ -645,6 +645,82 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
     oscar_shutdown(gpu);
 }
 
+/* V scales over a wide range, in no order along the sequence. The INT2
+   kernel's PV weights p * scale must keep the bits of the tokens that
+   dominate the output whatever the spread of the scales and the logits:
+   main's bf16 hi + lo weights (8-bit exponent, a constant 2^64 shift) do
+   (o within 2.6e-3 here on the H200, session 39). Session 39 measured f16
+   weights at 8 and 16 heads per KV head (one mma instead of two, 5-15%
+   faster) and this test failed them: with the weights' shift set from a
+   bound on the V scales, 2.4e-2 at V scales x 2^[-20, 20] (the dominant
+   tokens' weights fell into f16's subnormals); with it anchored to the
+   largest weight seen, 0.40 at 2^[-8, 8] (branches exp/s39-f16-pv-weights*,
+   docs/decode.md "Session 39"). Blocks of 32 stored (scale, min / zero)
+   pairs are multiplied by 2^k, k uniform in [-20, 20] (f32 layout) or
+   [-10, 10] (f16, whose scales must stay finite), and 1 block in 16 gets
+   scale 0 (constant rows); one INT2 split per request (each warp walks
+   thousands of tokens), then the plan's splits. */
+Test(decode_gpu, v_scales_over_a_wide_range, .timeout = 900) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t il[8] = {4099, 20000, 777, 1, 0, 12345, 3000, 64};
+    static const int64_t wl[8] = {64, 320, 0, 17, 320, 320, 1, 0};
+    static const gpu_class wide[] = {
+        {"D128 G64 P16 r8 f32 R_v", 128, 64, 16, 8, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+        {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D64 G32 P1 r8 f16", 64, 32, 1, 8, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 0, 0},
+        {"D256 G128 P16 r6 f32 cap", 256, 128, 16, 6, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 30.0f},
+        {"D128 G128 P16 r4 f32 (4-head kernel)", 128, 128, 16, 4, 2, OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, 1, 0},
+    };
+    size_t ci;
+    for (ci = 0; ci < sizeof wide / sizeof wide[0]; ci++) {
+        const gpu_class *k = &wide[ci];
+        dcase c = class_case(k, ci, il, wl);
+        const int f32 = k->layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, K = f32 ? 20 : 10;
+        size_t pairs, i;
+        dprob P;
+        double *o_ref, *lse_ref;
+        int s;
+        prob_make(&r, &c, &P);
+        pairs = P.scale_bytes / (f32 ? 8 : 4);
+        for (i = 0; i < pairs; i += 32) {
+            const int zero = tu_uniform(&r) < 1.0 / 16;
+            const double f = ldexp(1.0, (int)(tu_uniform(&r) * (2 * K + 1)) - K);
+            size_t j;
+            for (j = i; j < i + 32 && j < pairs; j++) {
+                if (f32) {
+                    float sc;
+                    memcpy(&sc, P.vs + 8 * j, 4);
+                    sc = zero ? 0.0f : (float)(sc * f);
+                    memcpy(P.vs + 8 * j, &sc, 4);
+                } else {
+                    uint16_t h[2];
+                    memcpy(h, P.vs + 4 * j, 4);
+                    h[0] = oscar__f32_to_f16(zero ? 0.0f : (float)(oscar__f16_to_f32(h[0]) * f));
+                    h[1] = oscar__f32_to_f16((float)(oscar__f16_to_f32(h[1]) * f));
+                    memcpy(P.vs + 4 * j, h, 4);
+                }
+            }
+        }
+        prob_upload(&P);
+        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D);
+        lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
+        prob_reference(&P, o_ref, lse_ref);
+        for (s = 0; s < 2; s++) {
+            char what[96];
+            derr e;
+            P.c.int2_splits = s ? 0 : 1;
+            snprintf(what, sizeof what, "%s, V scales x 2^[-%d, %d]", k->name, K, K);
+            e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+            cr_log_info("%-52s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
+                        e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
+        }
+        free(o_ref), free(lse_ref);
+        prob_free(&P);
+    }
+    oscar_shutdown(gpu);
+}
+
 /* Several requests per prep and merge CTA (v8): ceil(batch x KV heads / (2 x
    SMs)) requests of a KV head, at most 16 rows (request, head); the merge
    compiled for ROWS 4, 8 or 16 rows. The batches below give (on 132 SMs)
