@@ -298,14 +298,18 @@ static void prob_reference(dprob *P, double *o_ref, double *lse_ref) {
     free(scratch);
 }
 
-/* prob_make + prob_upload + the float64 reference into fresh arrays (the
-   caller frees them) */
+/* prob_upload + the float64 reference of a made (and possibly edited)
+   problem into fresh arrays (the caller frees them) */
+static void prob_upload_with_reference(dprob *P, double **o_ref, double **lse_ref) {
+    prob_upload(P);
+    *o_ref = tu_xmalloc(sizeof(double) * (size_t)P->c.B * P->c.Hq * P->c.D);
+    *lse_ref = tu_xmalloc(sizeof(double) * (size_t)P->c.B * P->c.Hq);
+    prob_reference(P, *o_ref, *lse_ref);
+}
+/* prob_make + prob_upload_with_reference */
 static void prob_make_with_reference(tu_rng *r, const dcase *c, dprob *P, double **o_ref, double **lse_ref) {
     prob_make(r, c, P);
-    prob_upload(P);
-    *o_ref = tu_xmalloc(sizeof(double) * (size_t)c->B * c->Hq * c->D);
-    *lse_ref = tu_xmalloc(sizeof(double) * (size_t)c->B * c->Hq);
-    prob_reference(P, *o_ref, *lse_ref);
+    prob_upload_with_reference(P, o_ref, lse_ref);
 }
 
 typedef struct derr {
@@ -702,10 +706,7 @@ Test(decode_gpu, v_scales_over_a_wide_range, .timeout = 900) {
                 }
             }
         }
-        prob_upload(&P);
-        o_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq * c.D);
-        lse_ref = tu_xmalloc(sizeof(double) * (size_t)c.B * c.Hq);
-        prob_reference(&P, o_ref, lse_ref);
+        prob_upload_with_reference(&P, &o_ref, &lse_ref);
         for (s = 0; s < 2; s++) {
             char what[96];
             derr e;

@@ -815,9 +815,10 @@ Test(tune, requests_per_cta_from_the_table_the_desc_or_the_heuristic, .timeout =
     remove_tmp_dir();
 }
 
-/* A decode plan of 8 KV heads (head dim, group, query heads and forced INT2
-   warps as given); returns oscar_decode_plan's status, the plan in *plan. */
-/* The plan for 8 KV heads, pages of 16 and 320 window tokens, with the given scale layout */
+/* A decode plan of 8 KV heads, pages of 16 and 320 window tokens (head dim,
+   group, query heads, forced INT2 warps and scale layout as given); returns
+   oscar_decode_plan's status, the plan in *plan. plan_geometry: the default
+   scale layout. */
 static oscar_status plan_geometry_scaled(oscar_ctx *ctx, int batch, int64_t int2_tokens, int forced_int2, int head_dim,
                                          int group, int q_heads, int forced_warps, oscar_scale_layout scale,
                                          oscar_decode_plan_info *plan) {
