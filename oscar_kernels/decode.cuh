@@ -39,7 +39,10 @@
    PV: p*scale in bf16 hi + lo against the codes as exact bf16 values,
    mma m16n8k16, f32 accumulation; v7: one AND per code pair (the codes as
    bf16 subnormals, code * 4^k * 2^-133, weights scaled by 2^64, the sums
-   by 2^69 / 4^k), v3-v6: a LOP3 and an HFMA2 per pair.
+   by 2^69 / 4^k), v3-v6: a LOP3 and an HFMA2 per pair. v23: at 8 and 16
+   heads one f16 weight per token and head (the same code bits as f16
+   subnormals, code * 4^k * 2^-24) with a per-head unit that follows the
+   data, one mma per n-tile instead of two.
    Dims are permuted inside a k-step / m-tile so that a thread's fragment
    elements come from the bytes ldmatrix gave it (a dot product is
    order-free); the output dims are mapped back when stored. Lane (g, c) owns
@@ -56,6 +59,12 @@
    v21 (session 30): the window kernel loads q before it walks its page
    table (the BF16 baseline 1 x 8K -8 to -10% on the H200; the step within
    its spread).
+   v23 (session 40): f16 PV weights at 8 and 16 heads per KV head, each
+   head's unit 2^U re-anchored at the lazy rescales and a guard on the V
+   scales that forces one before any weight could overflow f16 (see
+   decode_int2_kernel); decode_prep_kernel held to 96 registers up to D 128
+   so two such INT2 CTAs start beside it. The 4-head kernels unchanged
+   (same SASS). docs/decode.md "Session 40".
    v11: prep's q loads all in flight (raw values first, one scale; v10's
    change there had not taken effect: SASS), and the per-head merge loads its
    first split partials with the weights' round trip instead of three round
@@ -320,6 +329,13 @@ __device__ __forceinline__ u32 code_pair(u32 r, int k) { return r & (0x00030003u
 __device__ __forceinline__ float pv_weight_inverse() { return __int_as_float((127 - PV_W_SHIFT) << 23); }
 /* 2^(133 - PV_W_SHIFT) / 4^k, exactly */
 __device__ __forceinline__ float pv_out_factor(int k) { return __int_as_float((127 + 133 - PV_W_SHIFT - 2 * k) << 23); }
+/* v23, 8 and 16 heads: the same code bits read as f16 are code * 4^k * 2^-24
+   (f16 subnormals, exact; the tensor cores keep them), so with f16 weights
+   the m-tile's sums are scaled back by 2^24 / 4^k */
+__device__ __forceinline__ float pv_out_factor_f16(int k) { return __int_as_float((127 + 24 - 2 * k) << 23); }
+/* v23: bounds of the per-head weight unit 2^U (see decode_int2_kernel): p in
+   units stays below 2^(8 + 90), so l's sums stay finite in f32 */
+constexpr float PV_UNIT_LIMIT = 90.f;
 
 /* The four PV A-fragment registers of m-tile mt from a lane's ldmatrix.trans
    registers r (see int2_map::v_dim for which dims they hold). D >= 128:
@@ -592,7 +608,15 @@ __device__ __forceinline__ void prep_matvec(const float *rs, const float (*qt)[Q
 }  // namespace detail
 
 template <int HEAD_DIM, int GROUP_SIZE, int HEADS>
-__global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
+/* v23: at most 96 registers a thread up to D 128 (the compiler took 100;
+   94 without spills): 8 warps x 96 leave 40960 registers of an SM, so two
+   4-warp INT2 CTAs of up to 160 registers start beside a prep CTA (under
+   PDL the INT2 grid is placed while prep runs). At 100, 8-head INT2 CTAs of
+   153-160 registers fit only one beside it, and a one-wave grid of two
+   CTAs per SM was placed 3 / 1 per SM instead (H200, 32 x 8K at 64 / 8
+   heads, 1 + 1 splits: 60 SMs with 3, 68 with 1; +12%). D 256 keeps its
+   ~150 (96 spills). */
+__global__ void __maxnreg__(HEAD_DIM <= 128 ? 96 : 255) decode_prep_kernel(const __grid_constant__ oscar_decode_params p) {
     using namespace detail;
     constexpr int D = HEAD_DIM, G = D / GROUP_SIZE, THREADS = 256, WARPS = THREADS / 32;
     constexpr int QR = OSCAR_K_PREP_ROWS;                  /* q rows (request, head) per CTA */
@@ -796,11 +820,13 @@ __global__ void __launch_bounds__(256, 1) decode_prep_kernel(const __grid_consta
    conversion; q' as four s8 digits per head (decode_prep_kernel), so the s32
    accumulators are exact and one IMAD + one I2F per digit pair rebuild the
    dot product.
-   PV on bf16 mma: V codes as exact bf16 values (v7: one AND per pair, see
-   code_pair), p * scale * 2^PV_W_SHIFT as bf16 hi + lo. With HEADS = 4 the
-   hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1: PACK);
-   otherwise n-tile nv holds the heads of slots 2 nv, 2 nv + 1 (columns 2c,
-   2c + 1) and hi and lo are two mma into the same accumulators. */
+   PV on 16-bit mma: V codes as exact subnormals (v7: one AND per pair, see
+   code_pair). With HEADS = 4, p * scale * 2^PV_W_SHIFT as bf16 hi + lo, and
+   the hi and lo of head c share one 8-column n-tile (columns 2c, 2c + 1:
+   PACK). Otherwise (v23, F16W) n-tile nv holds the heads of slots 2 nv,
+   2 nv + 1 (columns 2c, 2c + 1), each as one f16 weight p * scale * 2^U with
+   a per-head unit U that follows the data (before v23: bf16 hi + lo as two mma
+   into the same accumulators). */
 /* CTAs per SM the registers must allow: HEADS 4 at D 64: 5 (<= 96 registers,
    no spill); at D 128 with one group per row: 4 (<= 128; the compiler takes
    115). v6-v8 bounded the latter to 5 CTAs (96 registers, no spill); session
@@ -826,7 +852,7 @@ namespace detail {
    (above), divided by 4 for 16-warp CTAs: the same registers per thread */
 template <int HEAD_DIM, int GROUP_SIZE, int HEADS, int WARPS>
 struct int2_min_ctas {
-    static constexpr int FOUR = HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEAD_DIM == 128 && GROUP_SIZE == 128 ? 4 : 1;
+    static constexpr int FOUR = HEADS == 8 && HEAD_DIM == 128 && GROUP_SIZE == 64 ? 3 : HEADS != 4 ? 1 : HEAD_DIM == 64 ? 5 : HEAD_DIM == 128 && GROUP_SIZE == 128 ? 4 : 1;
     static constexpr int VALUE = FOUR * 4 / WARPS < 1 ? 1 : FOUR * 4 / WARPS;
 };
 }  // namespace detail
@@ -837,6 +863,9 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
     constexpr int HS = HEADS / 4;            /* head slots per lane */
     constexpr int NT = q_digits<HEADS>::NT;  /* QK n-tiles: 4 digit columns per head, or 3 (q_digits) */
     constexpr bool PACK = HEADS == 4;
+    /* v23: one f16 weight per token and head (one PV mma per n-tile) where
+       bf16 hi + lo would take two; with PACK hi and lo share one n-tile */
+    constexpr bool F16W = !PACK;
     constexpr int NV = PACK ? 1 : HEADS / 8; /* PV n-tiles */
     constexpr int NHC = HEADS > 8 ? 2 : 1;   /* 8-head tiles of the CTA combine */
     constexpr int D = HEAD_DIM, Q4 = D / 4, G = D / GROUP_SIZE, KSI = D / 32, MT = D / 16;
@@ -955,10 +984,28 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
        scales of a token pair by it every sub-tile), so p, l and vmin carry
        2^PV_W_SHIFT until the end of the loop. */
     float pref[HS];
+    /* v23 (F16W): the f16 weights p * scale carry a per-head unit 2^U
+       (wunit = U, folded into ex2's reference like PV_W_SHIFT: p, l and
+       vmin carry it too; removed after the loop). f16 is normal from 2^-14
+       to 2^15 only, so U follows the data. At every rescale U becomes the
+       smaller of U + (ref - m_old), which keeps the weights already summed
+       at their size, and ref - a, which puts this tile's largest weight at
+       1 (a: log2 of it against ref). So from the first rescale on, some
+       summed weight is >= 1, and every weight within 2^-12 of the largest
+       is a normal f16 (11 bits, as the tests' ratio 5-16 classes need).
+       Between rescales p <= 2^SLACK, so a weight is at most 2^SLACK * scale
+       * 2^U: a tile whose largest V scale exceeds vthr = 2^(15 - SLACK -
+       max U) forces a rescale, and no weight overflows f16. U stays within
+       +-PV_UNIT_LIMIT, so p (<= 2^(SLACK + U)) and l stay finite in f32;
+       f32 V scales beyond ~2^80 would overflow f16 (bf16 hi + lo did not).
+       Before v23, and in the 4-head kernels: bf16 hi + lo, units 2^PV_W_SHIFT. */
+    float wunit[HS];
+    float vthr = 0.f; /* the first tile rescales anyway */
     float acc[MT][NV][4];
     float vmin[G][HS];
 #pragma unroll
-    for (int j = 0; j < HS; j++) m_run[j] = neg_inf(), l_run[j] = 0.f, pref[j] = -static_cast<float>(PV_W_SHIFT);
+    for (int j = 0; j < HS; j++)
+        m_run[j] = neg_inf(), l_run[j] = 0.f, wunit[j] = 0.f, pref[j] = F16W ? 0.f : -static_cast<float>(PV_W_SHIFT);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -982,6 +1029,12 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
             scale = f16_to_f32(static_cast<u16>(w & 0xffffu));
             second = f16_to_f32(static_cast<u16>(w >> 16));
         }
+    };
+    auto scale_only = [&](const u8 *sb, int tok, int grp) -> float {
+        if constexpr (F32_SCALES)
+            return *reinterpret_cast<const float *>(sb + tok * SC + 8 * grp);
+        else
+            return f16_to_f32(*reinterpret_cast<const u16 *>(sb + tok * SC + 4 * grp));
     };
 
     int next_page, next_off;
@@ -1030,6 +1083,19 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 
         /* ---- logits of the two 16-token sub-tiles: s[sub][j][half] is head
            c + 4 j at token sub * 16 + g + 8 * half */
+        /* F16W: the guard, from the lane's tokens' V scales; read first,
+           off the logits' dependency chain */
+        bool vguard = false;
+        if constexpr (F16W) {
+            float vm = 0.f;
+#pragma unroll
+            for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                for (int half = 0; half < 2; half++)
+#pragma unroll
+                    for (int grp = 0; grp < G; grp++) vm = fmaxf(vm, scale_only(vsb, sub * 16 + g + 8 * half, grp));
+            vguard = vm > vthr;
+        }
         float s[2][HS][2];
 #pragma unroll
         for (int sub = 0; sub < 2; sub++) {
@@ -1124,12 +1190,33 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
         {
             float mx[HS];
             bool grow = false;
+            if constexpr (F16W) grow = vguard;
 #pragma unroll
             for (int j = 0; j < HS; j++) {
                 mx[j] = fmaxf(fmaxf(s[0][j][0], s[0][j][1]), fmaxf(s[1][j][0], s[1][j][1]));
                 grow |= mx[j] > m_run[j] + RESCALE_SLACK;
             }
             const bool rescale = __any_sync(0xffffffffu, grow);
+            /* F16W, on a rescale only: log2 of each of the lane's tokens'
+               largest V scale (over its groups), read again here so that
+               nothing lives across the common path (v23: 8 heads at D 128
+               then keep 152 registers, the most that lets two INT2 CTAs
+               share an SM with a decode_prep CTA -- at 160, one-wave grids
+               were placed 3 / 1 per SM: 32 x 8K +12%) */
+            float lvs[2][2];
+            if constexpr (F16W) {
+                if (rescale)
+#pragma unroll
+                    for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            float x = scale_only(vsb, sub * 16 + g + 8 * half, 0);
+#pragma unroll
+                            for (int grp = 1; grp < G; grp++) x = fmaxf(x, scale_only(vsb, sub * 16 + g + 8 * half, grp));
+                            lvs[sub][half] = __log2f(x);
+                        }
+            }
+            float umax = -PV_UNIT_LIMIT;
 #pragma unroll
             for (int j = 0; j < HS; j++) {
                 if (rescale) {
@@ -1138,10 +1225,37 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
                     const float m_new = fmaxf(m_run[j], mx[j]);
                     const float ref = m_new == neg_inf() ? 0.f : m_new;
-                    alpha[j] = ex2(m_run[j] - ref);
-                    pref[j] = ref - static_cast<float>(PV_W_SHIFT);
+                    if constexpr (F16W) {
+                        /* log2 of the tile's largest weight against ref (a
+                           bound: each token's largest scale over its groups) */
+                        float a = fmaxf(fmaxf(s[0][j][0] + lvs[0][0], s[0][j][1] + lvs[0][1]),
+                                        fmaxf(s[1][j][0] + lvs[1][0], s[1][j][1] + lvs[1][1]));
+                        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 4));
+                        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
+                        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                        /* keep the summed weights' size (U + ref - m_old),
+                           or lower U so this tile's largest is <= 1 */
+                        float u = m_run[j] == neg_inf() ? (a == neg_inf() ? wunit[j] : ref - a)
+                                                        : fminf(wunit[j] + (ref - m_run[j]), ref - a);
+                        u = fminf(fmaxf(u, -PV_UNIT_LIMIT), PV_UNIT_LIMIT);
+                        alpha[j] = ex2(m_run[j] - ref + (u - wunit[j]));
+                        pref[j] = ref - u;
+                        wunit[j] = u;
+                        umax = fmaxf(umax, u);
+                    } else {
+                        alpha[j] = ex2(m_run[j] - ref);
+                        pref[j] = ref - static_cast<float>(PV_W_SHIFT);
+                    }
                     m_run[j] = m_new;
                     l_run[j] *= alpha[j];
+                }
+            }
+            if constexpr (F16W) {
+                if (rescale) {
+                    /* heads c + 4 j of the other column lanes */
+                    umax = fmaxf(umax, __shfl_xor_sync(0xffffffffu, umax, 1));
+                    umax = fmaxf(umax, __shfl_xor_sync(0xffffffffu, umax, 2));
+                    vthr = ex2(15.f - RESCALE_SLACK - umax);
                 }
             }
             if (rescale) {
@@ -1171,7 +1285,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                 }
             /* p * scale as bf16 hi + lo: one bf16 alone costs ~2^-9 of a
                dominant token's weight, enough to show in peaky heads */
-            u32 pb[G][NV][2], pbl[G][NV][2];
+            u32 pb[G][NV][2];
 #pragma unroll
             for (int grp = 0; grp < G; grp++) {
                 /* with the reference's (scale, zero) the min term is summed as
@@ -1187,8 +1301,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                     } else {
 #pragma unroll
                         for (int nv = 0; nv < NV; nv++)
-                            split_pair<OSCAR_K_DTYPE_BF16>(pr[2 * nv][half] * sc[half], pr[2 * nv + 1][half] * sc[half],
-                                                           pb[grp][nv][half], pbl[grp][nv][half]);
+                            pb[grp][nv][half] = movmatrix_trans(pack2<OSCAR_K_DTYPE_F16>(pr[2 * nv][half] * sc[half], pr[2 * nv + 1][half] * sc[half]));
                     }
                 }
 #pragma unroll
@@ -1218,9 +1331,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                 const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
 #pragma unroll
                 for (int nv = 0; nv < NV; nv++) {
-                    mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nv], a0, a1, a2, a3, pb[grp][nv][0], pb[grp][nv][1]);
-                    if constexpr (!PACK)
-                        mma_16816<OSCAR_K_DTYPE_BF16>(acc[mt][nv], a0, a1, a2, a3, pbl[grp][nv][0], pbl[grp][nv][1]);
+                    mma_16816<F16W ? OSCAR_K_DTYPE_F16 : OSCAR_K_DTYPE_BF16>(acc[mt][nv], a0, a1, a2, a3, pb[grp][nv][0], pb[grp][nv][1]);
                 }
             }
         }
@@ -1233,9 +1344,12 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
        state to the CTA combine */
 #pragma unroll
     for (int j = 0; j < HS; j++) {
-        l_run[j] = row_lanes_sum(l_run[j]) * pv_weight_inverse();
+        /* F16W: 2^-U; the unit is exactly removed from the ratio o / l, and
+           from l (the lse) to ex2's precision */
+        const float inv = F16W ? ex2(-wunit[j]) : pv_weight_inverse();
+        l_run[j] = row_lanes_sum(l_run[j]) * inv;
 #pragma unroll
-        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]) * (F32_SCALES ? -pv_weight_inverse() : pv_weight_inverse());
+        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]) * (F32_SCALES ? -inv : inv);
     }
     __syncthreads(); /* every warp is done with its pipeline smem */
     if (g == 0)
@@ -1247,7 +1361,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const int grp = MAP::v_group_base(mt) / GROUP_SIZE;
-        const float f = pv_out_factor(MAP::v_quarter(mt));
+        const float f = F16W ? pv_out_factor_f16(MAP::v_quarter(mt)) : pv_out_factor(MAP::v_quarter(mt));
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int d = MAP::v_dim(mt, g, half);
@@ -1258,7 +1372,8 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
                 for (int nv = 0; nv < NV; nv++)
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] = fmaf(acc[mt][nv][2 * half + e], f, vmin[grp][2 * nv + e]);
+                        COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] =
+                            fmaf(acc[mt][nv][2 * half + e], f * ex2(-wunit[2 * nv + e]), vmin[grp][2 * nv + e]);
             }
         }
     }
