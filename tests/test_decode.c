@@ -722,6 +722,62 @@ Test(decode_gpu, v_scales_over_a_wide_range, .timeout = 900) {
     oscar_shutdown(gpu);
 }
 
+/* v23's weak regime (docs/decode.md "Session 40"): at 8 and 16 heads the PV weights are f16 in a unit anchored
+   at the largest weight a warp has summed, so beside one dominant token the rest of that warp's tokens fall into
+   f16's subnormals or to zero -- an error of about (the warp's tokens) x 2^-25, ~1e-3 at 32K tokens in a C model
+   (bench/results/logs/session40_f16_weight_model.*). Here one request of 128K INT2 tokens, the K ranges of all but
+   a few tokens shrunk by 2^-10 (their logits near 0) and those few's stretched x12 (logits up to ~+-50 in log2
+   units: a dominant token per head at every height), 4-warp CTAs (32K tokens a warp with one split). Written in
+   session 40 without device time left to run it. */
+Test(decode_gpu, dominant_tokens_over_long_warps, .timeout = 900) {
+    oscar_ctx *gpu = tu_gpu_ctx_or_skip();
+    tu_rng r = tu_seed();
+    static const int64_t il[1] = {131072}, wl[1] = {320};
+    static const gpu_class spiky[] = {
+        {"D128 G128 P16 r8 f16", 128, 128, 16, 8, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+        {"D128 G128 P16 r16 f16", 128, 128, 16, 16, 1, OSCAR_SCALE_LAYOUT_F16_SCALE_MIN, 1, 0},
+    };
+    size_t ci;
+    for (ci = 0; ci < sizeof spiky / sizeof spiky[0]; ci++) {
+        dcase c = class_case(&spiky[ci], ci, il, wl);
+        size_t pairs, i;
+        int s, n;
+        dprob P;
+        double *o_ref, *lse_ref;
+        c.B = 1, c.int2_warps = 4;
+        prob_make(&r, &c, &P);
+        pairs = P.scale_bytes / 4;
+        for (i = 0; i < pairs; i++) { /* every K (scale, min) pair x 2^-10 */
+            uint16_t h[2];
+            memcpy(h, P.ks + 4 * i, 4);
+            h[0] = oscar__f32_to_f16(oscar__f16_to_f32(h[0]) * 0x1p-10f);
+            h[1] = oscar__f32_to_f16(oscar__f16_to_f32(h[1]) * 0x1p-10f);
+            memcpy(P.ks + 4 * i, h, 4);
+        }
+        for (n = 0; n < 8; n++) { /* eight tokens x 2^10 x 12 */
+            const size_t j = (size_t)(tu_uniform(&r) * (double)pairs) % pairs;
+            uint16_t h[2];
+            memcpy(h, P.ks + 4 * j, 4);
+            h[0] = oscar__f32_to_f16(oscar__f16_to_f32(h[0]) * 12288.0f);
+            h[1] = oscar__f32_to_f16(oscar__f16_to_f32(h[1]) * 12288.0f);
+            memcpy(P.ks + 4 * j, h, 4);
+        }
+        prob_upload_with_reference(&P, &o_ref, &lse_ref);
+        for (s = 0; s < 2; s++) {
+            char what[96];
+            derr e;
+            P.c.int2_splits = s ? 0 : 1;
+            snprintf(what, sizeof what, "%s, 8 dominant tokens in 128K, 4 warps", spiky[ci].name);
+            e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
+            cr_log_info("%-52s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
+                        e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
+        }
+        free(o_ref), free(lse_ref);
+        prob_free(&P);
+    }
+    oscar_shutdown(gpu);
+}
+
 /* Several requests per prep and merge CTA (v8): ceil(batch x KV heads / (2 x
    SMs)) requests of a KV head, at most 16 rows (request, head); the merge
    compiled for ROWS 4, 8 or 16 rows. The batches below give (on 132 SMs)
