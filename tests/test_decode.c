@@ -649,6 +649,32 @@ Test(decode_gpu, every_class_against_float64_reference, .timeout = 1200) {
     oscar_shutdown(gpu);
 }
 
+/* The f16 (scale, min) pair at p times (fs, fm). */
+static void f16_pair_scale(uint8_t *p, float fs, float fm) {
+    uint16_t h[2];
+    memcpy(h, p, 4);
+    h[0] = oscar__f32_to_f16(oscar__f16_to_f32(h[0]) * fs);
+    h[1] = oscar__f32_to_f16(oscar__f16_to_f32(h[1]) * fm);
+    memcpy(p, h, 4);
+}
+
+/* P (its host data edited after prob_make) on the GPU against its float64 reference, with one INT2 split and
+   with the plan's splits; then P is freed. */
+static void check_one_and_planned_splits(oscar_ctx *gpu, dprob *P, const char *label) {
+    double *o_ref, *lse_ref;
+    int s;
+    prob_upload_with_reference(P, &o_ref, &lse_ref);
+    for (s = 0; s < 2; s++) {
+        derr e;
+        P->c.int2_splits = s ? 0 : 1;
+        e = prob_gpu_check(gpu, P, o_ref, lse_ref, 5e-3, 1e-3, label);
+        cr_log_info("%-52s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", label,
+                    e.max_rel, e.max_lse, P->plan.int2_splits, P->plan.window_splits);
+    }
+    free(o_ref), free(lse_ref);
+    prob_free(P);
+}
+
 /* V scales over a wide range, in no order along the sequence. The INT2
    kernel's PV weights p * scale must keep the bits of the tokens that
    dominate the output whatever the spread of the scales and the logits:
@@ -683,8 +709,7 @@ Test(decode_gpu, v_scales_over_a_wide_range, .timeout = 900) {
         const int f32 = k->layout == OSCAR_SCALE_LAYOUT_F32_SCALE_ZERO, K = f32 ? 20 : 10;
         size_t pairs, i;
         dprob P;
-        double *o_ref, *lse_ref;
-        int s;
+        char what[96];
         prob_make(&r, &c, &P);
         pairs = P.scale_bytes / (f32 ? 8 : 4);
         for (i = 0; i < pairs; i += 32) {
@@ -698,26 +723,12 @@ Test(decode_gpu, v_scales_over_a_wide_range, .timeout = 900) {
                     sc = zero ? 0.0f : (float)(sc * f);
                     memcpy(P.vs + 8 * j, &sc, 4);
                 } else {
-                    uint16_t h[2];
-                    memcpy(h, P.vs + 4 * j, 4);
-                    h[0] = oscar__f32_to_f16(zero ? 0.0f : (float)(oscar__f16_to_f32(h[0]) * f));
-                    h[1] = oscar__f32_to_f16((float)(oscar__f16_to_f32(h[1]) * f));
-                    memcpy(P.vs + 4 * j, h, 4);
+                    f16_pair_scale(P.vs + 4 * j, zero ? 0.0f : (float)f, (float)f);
                 }
             }
         }
-        prob_upload_with_reference(&P, &o_ref, &lse_ref);
-        for (s = 0; s < 2; s++) {
-            char what[96];
-            derr e;
-            P.c.int2_splits = s ? 0 : 1;
-            snprintf(what, sizeof what, "%s, V scales x 2^[-%d, %d]", k->name, K, K);
-            e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
-            cr_log_info("%-52s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
-                        e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
-        }
-        free(o_ref), free(lse_ref);
-        prob_free(&P);
+        snprintf(what, sizeof what, "%s, V scales x 2^[-%d, %d]", k->name, K, K);
+        check_one_and_planned_splits(gpu, &P, what);
     }
     oscar_shutdown(gpu);
 }
@@ -741,39 +752,17 @@ Test(decode_gpu, dominant_tokens_over_long_warps, .timeout = 900) {
     for (ci = 0; ci < sizeof spiky / sizeof spiky[0]; ci++) {
         dcase c = class_case(&spiky[ci], ci, il, wl);
         size_t pairs, i;
-        int s, n;
+        int n;
         dprob P;
-        double *o_ref, *lse_ref;
+        char what[96];
         c.B = 1, c.int2_warps = 4;
         prob_make(&r, &c, &P);
         pairs = P.scale_bytes / 4;
-        for (i = 0; i < pairs; i++) { /* every K (scale, min) pair x 2^-10 */
-            uint16_t h[2];
-            memcpy(h, P.ks + 4 * i, 4);
-            h[0] = oscar__f32_to_f16(oscar__f16_to_f32(h[0]) * 0x1p-10f);
-            h[1] = oscar__f32_to_f16(oscar__f16_to_f32(h[1]) * 0x1p-10f);
-            memcpy(P.ks + 4 * i, h, 4);
-        }
-        for (n = 0; n < 8; n++) { /* eight tokens x 2^10 x 12 */
-            const size_t j = (size_t)(tu_uniform(&r) * (double)pairs) % pairs;
-            uint16_t h[2];
-            memcpy(h, P.ks + 4 * j, 4);
-            h[0] = oscar__f32_to_f16(oscar__f16_to_f32(h[0]) * 12288.0f);
-            h[1] = oscar__f32_to_f16(oscar__f16_to_f32(h[1]) * 12288.0f);
-            memcpy(P.ks + 4 * j, h, 4);
-        }
-        prob_upload_with_reference(&P, &o_ref, &lse_ref);
-        for (s = 0; s < 2; s++) {
-            char what[96];
-            derr e;
-            P.c.int2_splits = s ? 0 : 1;
-            snprintf(what, sizeof what, "%s, 8 dominant tokens in 128K, 4 warps", spiky[ci].name);
-            e = prob_gpu_check(gpu, &P, o_ref, lse_ref, 5e-3, 1e-3, what);
-            cr_log_info("%-52s max per-head rel. error of o %.2e, max |lse error| %.2e (splits %d + %d)", what,
-                        e.max_rel, e.max_lse, P.plan.int2_splits, P.plan.window_splits);
-        }
-        free(o_ref), free(lse_ref);
-        prob_free(&P);
+        for (i = 0; i < pairs; i++) f16_pair_scale(P.ks + 4 * i, 0x1p-10f, 0x1p-10f); /* every K pair x 2^-10 */
+        for (n = 0; n < 8; n++) /* eight tokens' x 2^10 x 12 */
+            f16_pair_scale(P.ks + 4 * ((size_t)(tu_uniform(&r) * (double)pairs) % pairs), 12288.0f, 12288.0f);
+        snprintf(what, sizeof what, "%s, 8 dominant tokens in 128K, 4 warps", spiky[ci].name);
+        check_one_and_planned_splits(gpu, &P, what);
     }
     oscar_shutdown(gpu);
 }
