@@ -1199,10 +1199,9 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
             const bool rescale = __any_sync(0xffffffffu, grow);
             /* F16W, on a rescale only: log2 of each of the lane's tokens'
                largest V scale (over its groups), read again here so that
-               nothing lives across the common path (v23: 8 heads at D 128
-               then keep 152 registers, the most that lets two INT2 CTAs
-               share an SM with a decode_prep CTA -- at 160, one-wave grids
-               were placed 3 / 1 per SM: 32 x 8K +12%) */
+               nothing of it lives across the common path (registers: two
+               4-warp CTAs must fit beside a decode_prep CTA, see there and
+               tests/check_prep_coresidency.cmake) */
             float lvs[2][2];
             if constexpr (F16W) {
                 if (rescale)
