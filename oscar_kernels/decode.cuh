@@ -1341,14 +1341,16 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 
     /* ---- reduce the per-lane sums over the 8 row lanes and hand the warp's
        state to the CTA combine */
+    /* 2^-U per head (F16W), else 2^-PV_W_SHIFT: the unit is exactly removed
+       from the ratio o / l, and from l (the lse) to ex2's precision */
+    float unit_inv[HS];
 #pragma unroll
     for (int j = 0; j < HS; j++) {
-        /* F16W: 2^-U; the unit is exactly removed from the ratio o / l, and
-           from l (the lse) to ex2's precision */
-        const float inv = F16W ? ex2(-wunit[j]) : pv_weight_inverse();
-        l_run[j] = row_lanes_sum(l_run[j]) * inv;
+        unit_inv[j] = F16W ? ex2(-wunit[j]) : pv_weight_inverse();
+        l_run[j] = row_lanes_sum(l_run[j]) * unit_inv[j];
 #pragma unroll
-        for (int grp = 0; grp < G; grp++) vmin[grp][j] = row_lanes_sum(vmin[grp][j]) * (F32_SCALES ? -inv : inv);
+        for (int grp = 0; grp < G; grp++)
+            vmin[grp][j] = row_lanes_sum(vmin[grp][j]) * (F32_SCALES ? -unit_inv[j] : unit_inv[j]);
     }
     __syncthreads(); /* every warp is done with its pipeline smem */
     if (g == 0)
@@ -1372,7 +1374,7 @@ __global__ void __launch_bounds__(32 * WARPS, detail::int2_min_ctas<HEAD_DIM, GR
 #pragma unroll
                     for (int e = 0; e < 2; e++)
                         COMB::o_of(smem, warp, c + 4 * (2 * nv + e))[d] =
-                            fmaf(acc[mt][nv][2 * half + e], f * ex2(-wunit[2 * nv + e]), vmin[grp][2 * nv + e]);
+                            fmaf(acc[mt][nv][2 * half + e], f * unit_inv[2 * nv + e], vmin[grp][2 * nv + e]);
             }
         }
     }
