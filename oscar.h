@@ -614,7 +614,11 @@ typedef struct oscar_page_table {
                             0 plans no INT2 tier at all (a plain bf16 decode over the windows)
        max_window_tokens    512: the most window tokens one request may have
        int2_splits, window_splits
-                            0: chosen to fill the GPU (or the tuning table); else forced
+                            0: chosen to fill the GPU (or the tuning table); else forced. The
+                            plan raises the INT2 count (up to 128) until no INT2 warp walks
+                            more than 8192 tokens of max_int2_tokens: longer walks lose
+                            precision in the f32 accumulators (docs/decode.md "Session 41");
+                            plan_info.int2_splits is the count used
        requests_per_cta     0: chosen for the GPU (or the tuning table); else forced: the
                             requests of one KV head that each prep and per-KV-head merge CTA
                             serves, 1 .. 16 / (num_q_heads / num_kv_heads)

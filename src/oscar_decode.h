@@ -278,6 +278,26 @@ OSCAR__PRIVATE int oscar__decode_two_per_sm_cap(const oscar_decode_plan_info *pl
     if (heads == 8) return pl->group_size == 128 && pl->scale_layout == OSCAR_SCALE_LAYOUT_F16_SCALE_MIN;
     return heads == 4 && base >= 20 && 2 * base * s >= 5 * sms && !(s2 + 1 == s && (s == 3 || s == 4));
 }
+/* The most INT2 tokens one warp walks in a plan. Its PV sums live in the tensor cores' f32 accumulators
+   for the whole walk, and each mma adds its 16 tokens' products to them with the accumulators' rounding;
+   after a token that dominates a head, the later tokens' small products lose their low bits mma after mma.
+   On the H200 (session 41, decode_gpu/dominant_tokens_over_long_warps, 128K tokens with a few whose logits
+   stand out by up to ~50 log2 units, one split of 4 warps = 32K tokens a warp) o reached 5.1e-3 of float64
+   with bf16 hi + lo PV weights and 6.3e-3 with v23's f16 weights, against <= 1.9e-3 with the plan's 76
+   splits; the error grows with the tokens a warp sums. So the plan raises the INT2 split count (up to 128)
+   until ceil(tokens / splits) / warps is at most this; a forced or tuned count below it is raised too.
+   Over 1050 shapes (ratio 1-16, D 64-256, batch 1-512, contexts 4K-512K) it changes the heuristic's plan
+   at 195: batch 512 x 64K, 256 and 512 x 128K, ratio 16 128 x 128K, ratio 8 16 x 128K (12 warps: 1 -> 2
+   splits) and contexts of 256K and more; the bench's shapes and the shipped table's keep theirs. */
+#define OSCAR__DECODE_WARP_TOKENS 8192
+OSCAR__PRIVATE int32_t oscar__decode_int2_splits_for_precision(int64_t max_int2_tokens, int32_t splits, int32_t warps) {
+    int64_t need;
+    if (splits <= 0 || max_int2_tokens <= 0) return splits;
+    need = (max_int2_tokens + OSCAR__CAST(int64_t, warps) * OSCAR__DECODE_WARP_TOKENS - 1) /
+           (OSCAR__CAST(int64_t, warps) * OSCAR__DECODE_WARP_TOKENS);
+    return OSCAR__CAST(int32_t, OSCAR__MAX(splits, OSCAR__MIN(need, 128)));
+}
+
 OSCAR__PRIVATE int32_t oscar__decode_int2_splits(oscar_ctx *ctx, const oscar_decode_plan_info *pl, int32_t ratio,
                                                  int64_t base, int64_t L) {
     int64_t slots = oscar__decode_int2_slots(ctx, pl, ratio, OSCAR__DECODE_WARPS), s, cap, best = 1;
@@ -566,6 +586,9 @@ OSCAR_API oscar_status oscar_decode_plan(oscar_ctx *ctx, const oscar_decode_plan
     /* >>tune hook (tune/oscar_tune.h): splits and requests per CTA the desc left at 0 come from the tuning table
        when it has this shape */
     oscar__tune_decode_apply(ctx, desc, &pl);
+    /* whatever chose them (the heuristic, the table or the desc), no INT2 warp walks more than
+       OSCAR__DECODE_WARP_TOKENS tokens: see there */
+    pl.int2_splits = oscar__decode_int2_splits_for_precision(desc->max_int2_tokens, pl.int2_splits, pl.int2_warps);
     if (pl.requests_per_cta == 0) pl.requests_per_cta = oscar__decode_requests_heuristic(ctx, &pl);
     pl.min_chunk = 0;
     B = OSCAR__CAST(size_t, pl.batch_size), Hq = OSCAR__CAST(size_t, pl.num_q_heads), D = OSCAR__CAST(size_t, pl.head_dim);
