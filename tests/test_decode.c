@@ -463,6 +463,21 @@ Test(decode_cpu, split_and_merge_are_exact) {
 /* The window kernel's warps per CTA follow the plan alone: 2 only at head dim
    256 with up to 8 heads per KV head, with an INT2 tier, and more window CTAs
    than SMs (132 where the context cannot say); the shared memory follows. */
+/* A plan over 8 KV heads (group = head dim, pages of 16, a 320-token window), the INT2 split count and warps
+   forced where not 0. */
+static oscar_status plan_8_kv_heads(oscar_ctx *ctx, int D, int ratio, int B, int64_t int2_tokens, int splits, int warps,
+                                    oscar_decode_plan_info *plan) {
+    oscar_int2_pool_desc pool = {0};
+    oscar_window_pool_desc win = {0};
+    oscar_decode_plan_desc pd = {0};
+    pool.head_dim = D, pool.num_kv_heads = 8, pool.num_pages = 1 << 20, pool.page_size = 16;
+    win.num_pages = 64, win.page_size = 16;
+    pd.num_q_heads = 8 * ratio, pd.int2_pool = &pool, pd.window_pool = &win;
+    pd.batch_size = B, pd.max_int2_tokens = int2_tokens, pd.max_window_tokens = 320;
+    pd.int2_splits = splits, pd.int2_warps = warps;
+    return oscar_decode_plan(ctx, &pd, plan);
+}
+
 Test(decode_cpu, window_warps_follow_the_plan) {
     oscar_desc desc = {0};
     oscar_ctx *ctx;
@@ -484,16 +499,9 @@ Test(decode_cpu, window_warps_follow_the_plan) {
     desc.backend = OSCAR_BACKEND_CPU;
     TU_OK(NULL, oscar_setup(&desc, &ctx));
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oscar_int2_pool_desc pool = {0};
-        oscar_window_pool_desc win = {0};
-        oscar_decode_plan_desc pd = {0};
         oscar_decode_plan_info plan;
         int w;
-        pool.head_dim = cases[i].D, pool.num_kv_heads = 8, pool.num_pages = 1024, pool.page_size = 16;
-        win.num_pages = 64, win.page_size = 16;
-        pd.num_q_heads = 8 * cases[i].ratio, pd.int2_pool = &pool, pd.window_pool = &win;
-        pd.batch_size = cases[i].B, pd.max_int2_tokens = cases[i].int2, pd.max_window_tokens = 320;
-        TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+        TU_OK(ctx, plan_8_kv_heads(ctx, cases[i].D, cases[i].ratio, cases[i].B, cases[i].int2, 0, 0, &plan));
         w = oscar__decode_window_warps(ctx, &plan);
         cr_assert_eq(w, cases[i].warps, "case %zu (D %d, ratio %d, B %d, %lld INT2 tokens, %d window splits): %d warps",
                      i, cases[i].D, cases[i].ratio, cases[i].B, (long long)cases[i].int2, plan.window_splits, w);
@@ -528,17 +536,10 @@ Test(decode_cpu, no_warp_walks_more_than_its_token_cap) {
     TU_OK(NULL, oscar_setup(&desc, &ctx));
     oscar__tune_suppress = 1;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        oscar_int2_pool_desc pool = {0};
-        oscar_window_pool_desc win = {0};
-        oscar_decode_plan_desc pd = {0};
         oscar_decode_plan_info plan;
         int64_t per_warp;
-        pool.head_dim = 128, pool.group_size = 128, pool.num_kv_heads = 8, pool.num_pages = 1 << 20, pool.page_size = 16;
-        win.num_pages = 64, win.page_size = 16;
-        pd.num_q_heads = 8 * cases[i].ratio, pd.int2_pool = &pool, pd.window_pool = &win;
-        pd.batch_size = cases[i].B, pd.max_int2_tokens = cases[i].int2, pd.max_window_tokens = 320;
-        pd.int2_splits = cases[i].forced_splits, pd.int2_warps = cases[i].forced_warps;
-        TU_OK(ctx, oscar_decode_plan(ctx, &pd, &plan));
+        TU_OK(ctx, plan_8_kv_heads(ctx, 128, cases[i].ratio, cases[i].B, cases[i].int2, cases[i].forced_splits,
+                                   cases[i].forced_warps, &plan));
         if (cases[i].int2 == 0) {
             cr_assert_eq(plan.int2_splits, 0, "case %zu: no INT2 tier, %d splits", i, plan.int2_splits);
             continue;
